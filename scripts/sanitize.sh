@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Build peal's tests and examples with clang++ and ASan + UBSan (PEAL_SANITIZE=ON) in
+# build-asan/ and run them. -O1 -g without NDEBUG: Eigen's assertions stay on, and the
+# tests still run at a usable speed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:check_initialization_order=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+
+CXX="${CXX_SANITIZE:-clang++}" cmake -S . -B build-asan \
+  -DCMAKE_BUILD_TYPE=Debug \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
+  -DPEAL_SANITIZE=ON \
+  -DPEAL_BUILD_BENCHMARKS=OFF
+cmake --build build-asan -j2
+ctest --test-dir build-asan --output-on-failure
