@@ -1,0 +1,105 @@
+// BlockDiagonal<Parts...>: heterogeneous composition, X = diag(X_1, ..., X_k) and so
+// A(tau) = diag(A_1(tau), ..., A_k(tau)), the parts taking consecutive coordinate ranges
+// in order. PassThrough<S>{n} is the identity on n coordinates (X = 0), e.g. the
+// non-rotary tail of a partial-rotary head. compose(parts...) deduces the types.
+#pragma once
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "encoding.hpp"
+
+namespace peal {
+
+/// n coordinates that no position touches: X = 0, A(tau) = I.
+template <class S = double>
+class PassThrough : public Encoding<PassThrough<S>, S> {
+ public:
+  using Real = real_t<S>;
+  using MatrixType = Matrix<S>;
+  explicit PassThrough(int n) : n_(n) { detail::require(n >= 0, "PassThrough: size must be >= 0"); }
+  int dim() const { return n_; }
+  MatrixType generator() const { return MatrixType::Zero(n_, n_); }
+  MatrixType A(Real tau) const {
+    detail::require_finite(tau, "A", "tau");
+    return MatrixType::Identity(n_, n_);
+  }
+  template <class V>
+  void apply(V&&, Real, bool) const {}
+
+ private:
+  int n_;
+};
+
+template <class... Parts>
+class BlockDiagonal
+    : public Encoding<BlockDiagonal<Parts...>,
+                      typename std::tuple_element_t<0, std::tuple<Parts...>>::Scalar> {
+  static_assert(sizeof...(Parts) >= 1, "peal: compose at least one part");
+
+ public:
+  using Scalar = typename std::tuple_element_t<0, std::tuple<Parts...>>::Scalar;
+  using Real = real_t<Scalar>;
+  using MatrixType = Matrix<Scalar>;
+  static_assert((std::is_same<typename Parts::Scalar, Scalar>::value && ...),
+                "peal: every part of a composition must have the same Scalar");
+
+  explicit BlockDiagonal(Parts... parts) : parts_(std::move(parts)...) {}
+
+  int dim() const {
+    return std::apply([](const auto&... p) { return (0 + ... + int(p.dim())); }, parts_);
+  }
+  static constexpr std::size_t num_parts() { return sizeof...(Parts); }
+  template <std::size_t I>
+  const auto& part() const { return std::get<I>(parts_); }
+  /// First coordinate of part I.
+  template <std::size_t I>
+  int offset() const { return offset_impl(std::make_index_sequence<I>{}); }
+
+  MatrixType generator() const {
+    return assemble([](const auto& p) { return MatrixType(p.generator()); });
+  }
+  MatrixType A(Real tau) const {
+    detail::require_finite(tau, "A", "tau");
+    return assemble([tau](const auto& p) { return MatrixType(p.A(tau)); });
+  }
+
+  template <class V>
+  void apply(V&& v, Real tau, bool transpose) const {
+    int off = 0;
+    std::apply(
+        [&](const auto&... p) {
+          ((p.apply(v.segment(off, int(p.dim())), tau, transpose), off += int(p.dim())), ...);
+        },
+        parts_);
+  }
+
+ private:
+  template <std::size_t... Is>
+  int offset_impl(std::index_sequence<Is...>) const {
+    return (0 + ... + int(std::get<Is>(parts_).dim()));
+  }
+  template <class Fn>
+  MatrixType assemble(Fn&& per_part) const {
+    MatrixType m = MatrixType::Zero(dim(), dim());
+    int off = 0;
+    std::apply(
+        [&](const auto&... p) {
+          ((m.block(off, off, int(p.dim()), int(p.dim())) = per_part(p), off += int(p.dim())),
+           ...);
+        },
+        parts_);
+    return m;
+  }
+
+  std::tuple<Parts...> parts_;
+};
+
+/// Block-diagonal composition of blocks, banks and pass-through parts, in order.
+template <class... Parts>
+BlockDiagonal<std::decay_t<Parts>...> compose(Parts&&... parts) {
+  return BlockDiagonal<std::decay_t<Parts>...>(std::forward<Parts>(parts)...);
+}
+
+}  // namespace peal

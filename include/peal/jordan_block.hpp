@@ -1,0 +1,74 @@
+// JordanBlock<M>{lambda}: generator X = lambda I + N (N: ones on the superdiagonal),
+//   A(tau) = e^{lambda tau} sum_{j<M} tau^j N^j / j!,
+// upper-triangular Toeplitz with entry (i, i+j) = e^{lambda tau} tau^j / j!. Scores are
+// polynomials of degree M-1 in the distance (times e^{lambda tau}); JordanBlock<2>{0}
+// with A = [[1, tau], [0, 1]] is the constant-velocity "puck" and, with two fixed extra
+// components, ALiBi (docs/design.md §1).
+#pragma once
+
+#include <array>
+
+#include "detail/exp_poly.hpp"
+#include "encoding.hpp"
+
+namespace peal {
+
+template <int M, class S = double>
+class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
+  static_assert(M >= 1, "peal: a JordanBlock has size M >= 1");
+
+ public:
+  using Real = real_t<S>;
+  static constexpr int Dim = M;
+  static constexpr int n_params = 1;
+  using MatrixType = Eigen::Matrix<S, M, M>;
+  using Params = std::array<Real, n_params>;
+
+  explicit JordanBlock(Real lambda) : lambda_(lambda) {
+    detail::require_finite(lambda, "JordanBlock", "lambda");
+  }
+  static JordanBlock from_params(const Params& p) { return JordanBlock(p[0]); }
+  Params params() const { return {lambda_}; }
+
+  Real lambda() const { return lambda_; }
+  static constexpr int dim() { return Dim; }
+
+  MatrixType generator() const {
+    MatrixType x = MatrixType::Zero();
+    for (int i = 0; i < M; ++i) x(i, i) = S(lambda_);
+    for (int i = 0; i + 1 < M; ++i) x(i, i + 1) = S(1);
+    return x;
+  }
+
+  MatrixType A(Real tau) const {
+    detail::require_finite(tau, "A", "tau");
+    Real c[M];
+    detail::exp_poly_coefficients(lambda_, tau, M, c);
+    MatrixType m = MatrixType::Zero();
+    for (int i = 0; i < M; ++i)
+      for (int j = i; j < M; ++j) m(i, j) = S(c[j - i]);
+    return m;
+  }
+
+  template <class V>
+  void apply(V&& v, Real tau, bool transpose) const {
+    Real cr[M];
+    detail::exp_poly_coefficients(lambda_, tau, M, cr);
+    S c[M], x[M];
+    for (int j = 0; j < M; ++j) c[j] = S(cr[j]), x[j] = v(j);
+    for (int i = 0; i < M; ++i) {
+      S acc = 0;
+      if (transpose) {  // (A^T x)_i = sum_{j<=i} c_{i-j} x_j
+        for (int j = 0; j <= i; ++j) acc += c[i - j] * x[j];
+      } else {  // (A x)_i = sum_{j>=i} c_{j-i} x_j
+        for (int j = i; j < M; ++j) acc += c[j - i] * x[j];
+      }
+      v(i) = acc;
+    }
+  }
+
+ private:
+  Real lambda_;
+};
+
+}  // namespace peal

@@ -1,0 +1,17 @@
+// peal: positional-encoding algebra. score(q, t; k, s) = q^T A(t - s) k with
+// A(tau) = exp(tau X), X block-diagonal in real Jordan form (docs/design.md).
+#pragma once
+
+#include "version.hpp"
+#include "errors.hpp"
+#include "layout.hpp"
+#include "encoding.hpp"
+#include "real_block.hpp"
+#include "rotation_block.hpp"
+#include "jordan_block.hpp"
+#include "rotation_jordan_block.hpp"
+#include "bank.hpp"
+#include "block_diagonal.hpp"
+#include "basis_change.hpp"
+#include "view.hpp"
+#include "positions.hpp"

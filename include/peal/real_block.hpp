@@ -1,0 +1,46 @@
+// RealBlock{lambda}: a 1x1 generator X = [lambda], A(tau) = e^{lambda tau}.
+// lambda < 0 is an exponential decay in distance, lambda > 0 a growth, lambda = 0 a
+// constant (docs/design.md §1, block table).
+#pragma once
+
+#include <array>
+#include <cmath>
+
+#include "encoding.hpp"
+
+namespace peal {
+
+template <class S = double>
+class RealBlock : public Encoding<RealBlock<S>, S> {
+ public:
+  using Real = real_t<S>;
+  static constexpr int Dim = 1;
+  static constexpr int n_params = 1;
+  using MatrixType = Eigen::Matrix<S, 1, 1>;
+  using Params = std::array<Real, n_params>;
+
+  explicit RealBlock(Real lambda) : lambda_(lambda) {
+    detail::require_finite(lambda, "RealBlock", "lambda");
+  }
+  static RealBlock from_params(const Params& p) { return RealBlock(p[0]); }
+  Params params() const { return {lambda_}; }
+
+  Real lambda() const { return lambda_; }
+  static constexpr int dim() { return Dim; }
+
+  MatrixType generator() const { return MatrixType::Constant(S(lambda_)); }
+  MatrixType A(Real tau) const {
+    detail::require_finite(tau, "A", "tau");
+    return MatrixType::Constant(S(std::exp(lambda_ * tau)));
+  }
+
+  template <class V>
+  void apply(V&& v, Real tau, bool /*transpose: A is 1x1*/) const {
+    v(0) = S(v(0) * std::exp(lambda_ * tau));
+  }
+
+ private:
+  Real lambda_;
+};
+
+}  // namespace peal

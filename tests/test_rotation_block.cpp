@@ -1,0 +1,71 @@
+// RotationBlock hard cases by name: omega -> 0, huge |tau| (angles reduced exactly),
+// translation invariance of the factored (encode) path at absolute times up to 1.7e9, and
+// the RoPE sign convention of docs/design.md §1.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <peal/peal.hpp>
+
+TEST_CASE("RotationBlock encodes a query as R(omega t) q: RoPE") {
+  const double w = 0.3, t = 2.0;
+  const peal::RotationBlock<double> b(w);
+  Eigen::Vector2d q(1.0, 2.0), k(-0.5, 0.25);
+  Eigen::Vector2d qe = q, ke = k;
+  b.encode_query(qe, t);
+  b.encode_key(ke, 5.0);
+  const double c = std::cos(w * t), s = std::sin(w * t);
+  CHECK(qe(0) == Approx(q(0) * c - q(1) * s).epsilon(1e-15));
+  CHECK(qe(1) == Approx(q(0) * s + q(1) * c).epsilon(1e-15));
+  const double c5 = std::cos(w * 5.0), s5 = std::sin(w * 5.0);
+  CHECK(ke(0) == Approx(k(0) * c5 - k(1) * s5).epsilon(1e-15));
+  CHECK(ke(1) == Approx(k(0) * s5 + k(1) * c5).epsilon(1e-15));
+}
+
+TEST_CASE("RotationBlock with omega -> 0 and a -> 0") {
+  for (double w : {0.0, 1e-300, -1e-300, 1e-17}) {
+    const peal::RotationBlock<double> b(w, 0.0);
+    const auto a = b.A(1e6);
+    CHECK(std::abs(a(0, 0) - std::cos(w * 1e6)) <= 1e-16);
+    CHECK(std::abs(a(0, 1) - std::sin(w * 1e6)) <= 1e-16);
+  }
+  const peal::RotationBlock<double> tiny(1e-8, 1e-8);
+  const auto a = tiny.A(1e-8);
+  CHECK(std::abs(a(0, 0) - 1.0) <= 2e-16);
+  CHECK(std::abs(a(0, 1) - 1e-16) <= 1e-30);
+}
+
+TEST_CASE("RotationBlock angles stay exact at |tau| = 2^40 and beyond") {
+  // The float and double blocks reduce (omega_hi + omega_lo) * tau mod 2pi exactly, so
+  // A(tau) at 2^40 has entries within a few ulp of the long double block's (whose own
+  // angle error is |omega tau| 2^-64 ~ 6e-8 rad at omega = 1: the dominant term).
+  for (long double w : {1.0L, 0.1L, 1.0L / 3.0L}) {
+    const peal::RotationBlock<double> bd(w);
+    const peal::RotationBlock<long double> bl(w);
+    for (double tau : {4095.0, 1e6, std::ldexp(1.0, 40), -std::ldexp(1.0, 40)}) {
+      const long double ref_err = std::abs(w * tau) * std::ldexp(1.0L, -63);
+      CAPTURE(double(w), tau);
+      CHECK(double((bd.A(tau).cast<long double>() - bl.A(tau)).norm()) <=
+            double(ref_err + 8 * std::ldexp(1.0L, -52)));
+    }
+  }
+}
+
+TEST_CASE("Pure rotations: the factored score is translation invariant at 1.7e9") {
+  // q~ = F(t) q and k~ = G(s) k at absolute times ~1.7e9 (Unix seconds): the only error
+  // is the rounding of the times themselves (ulp(1.7e9) = 2.4e-7 s) times omega.
+  const peal::Bank<peal::RotationBlock<double>> bank(
+      {peal::RotationBlock<double>(1.0), peal::RotationBlock<double>(1e-2),
+       peal::RotationBlock<double>(1e-4)},
+      peal::Layout::HalfSplit);
+  Eigen::VectorXd q = Eigen::VectorXd::LinSpaced(6, -1, 1), k = Eigen::VectorXd::LinSpaced(6, 2, -0.5);
+  const double t0 = 1.7e9;
+  for (double gap : {0.0, 31.5, -1234.25}) {
+    Eigen::VectorXd qa = q, ka = k, qb = q, kb = k;
+    bank.encode_query(qa, t0 + gap);
+    bank.encode_key(ka, t0);
+    bank.encode_query(qb, gap);
+    bank.encode_key(kb, 0.0);
+    const double ulp_t = std::nextafter(t0 + 2000, 1e300) - (t0 + 2000);
+    CHECK(std::abs(qa.dot(ka) - qb.dot(kb)) <= q.norm() * k.norm() * (2 * ulp_t + 1e-14));
+  }
+}
