@@ -58,11 +58,11 @@ class BlockDiagonal
   int offset() const { return offset_impl(std::make_index_sequence<I>{}); }
 
   MatrixType generator() const {
-    return assemble([](const auto& p) { return MatrixType(p.generator()); });
+    return assemble([](const auto& p) { return p.generator(); });
   }
   MatrixType A(Real tau) const {
     detail::require_finite(tau, "A", "tau");
-    return assemble([tau](const auto& p) { return MatrixType(p.A(tau)); });
+    return assemble([tau](const auto& p) { return p.A(tau); });
   }
 
   template <class V>
@@ -86,11 +86,18 @@ class BlockDiagonal
     int off = 0;
     std::apply(
         [&](const auto&... p) {
-          ((m.block(off, off, int(p.dim()), int(p.dim())) = per_part(p), off += int(p.dim())),
-           ...);
+          ((place(m, off, per_part(p)), off += int(p.dim())), ...);
         },
         parts_);
     return m;
+  }
+
+  // Element-wise on purpose: Eigen's packet copy of a 1x1 fixed block into a dynamic
+  // block draws false -Warray-bounds from GCC 12.
+  template <class Block>
+  static void place(MatrixType& m, int off, const Block& b) {
+    for (Eigen::Index r = 0; r < b.rows(); ++r)
+      for (Eigen::Index c = 0; c < b.cols(); ++c) m(off + r, off + c) = b(r, c);
   }
 
   std::tuple<Parts...> parts_;

@@ -26,7 +26,7 @@ inline void sincos_of_angle(double w_hi, double w_lo, double t, double& s, doubl
 }
 inline void sincos_of_angle(long double w_hi, long double w_lo, long double t, long double& s,
                             long double& c) {
-  const long double r = (w_hi + w_lo) * t;  // sinl/cosl reduce exactly
+  const long double r = reduced_angle(w_hi + w_lo, t);  // exact product, reduced mod 2pi
   s = std::sin(r);
   c = std::cos(r);
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install the Debian packages peal's build, tests, benchmarks and examples use, if missing.
+# (The library itself needs only libeigen3-dev.) Set PEAL_SETUP_EXTRA for more packages.
+set -euo pipefail
+
+packages=(g++ cmake make libeigen3-dev catch2 nlohmann-json3-dev libbenchmark-dev
+          libopenblas-dev libomp-dev ${PEAL_SETUP_EXTRA:-})
+
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing missing packages: ${missing[*]}"
+  sudo=()
+  [[ "$(id -u)" != "0" ]] && sudo=(sudo)
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+fi
