@@ -15,3 +15,8 @@
 #include "basis_change.hpp"
 #include "view.hpp"
 #include "positions.hpp"
+// Presets (docs/presets.md). hf_config.hpp (needs nlohmann/json) is included explicitly.
+#include "rope.hpp"
+#include "alibi.hpp"
+#include "xpos.hpp"
+#include "retnet.hpp"

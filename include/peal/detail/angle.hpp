@@ -28,9 +28,17 @@
 #include <limits>
 #include <utility>
 
+#if defined(__FAST_MATH__) && !defined(PEAL_ALLOW_FAST_MATH)
+#pragma message(                                                                          \
+    "peal: -ffast-math reassociates the error-free transformations of detail/angle.hpp; " \
+    "rotation angles lose their accuracy guarantee (define PEAL_ALLOW_FAST_MATH to silence)")
+#endif
+
+// PEAL_DETAIL_HAS_FMA: 1 where std::fma on double is an instruction. Predefining it to 0 on
+// FMA hardware also needs -ffp-contract=off, or the compiler may fuse Veltkamp's split.
 #if !defined(PEAL_DETAIL_HAS_FMA)
-#if defined(__FMA__) || defined(__FMA4__) || defined(__ARM_FEATURE_FMA) || \
-    defined(__aarch64__) || (defined(_MSC_VER) && defined(__AVX2__))
+#if defined(__FMA__) || defined(__FMA4__) || defined(__ARM_FEATURE_FMA) || defined(__aarch64__) || \
+    (defined(_MSC_VER) && defined(__AVX2__))
 #define PEAL_DETAIL_HAS_FMA 1
 #else
 #define PEAL_DETAIL_HAS_FMA 0
@@ -182,8 +190,8 @@ inline double reduced_angle_turns(double w_hi, double w_lo, double t) {
   const double f3 = u3 - eft::round_to_int(u3);
   double s, d;
   eft::two_sum(f1, f3, s, d);
-  double small = ((b2 + b3) + (v2 + v3)) + d + p * inv_two_pi_3 + u * inv_two_pi_2 +
-                 (v + el) * inv_two_pi_1;
+  double small =
+      ((b2 + b3) + (v2 + v3)) + d + p * inv_two_pi_3 + u * inv_two_pi_2 + (v + el) * inv_two_pi_1;
   small -= eft::round_to_int(small);
   s -= eft::round_small(s + small);
   double h, hl;
@@ -197,7 +205,7 @@ inline double reduced_angle_turns(double w_hi, double w_lo, double t) {
 /// (w_hi, w_lo) must be normalized, |w_lo| ≤ 2^-52 |w_hi|, as split() returns.
 inline double reduced_angle(double w_hi, double w_lo, double t) {
   return std::fabs(w_hi * t) <= cody_waite_limit ? reduced_angle_cody_waite(w_hi, w_lo, t)
-                                                  : reduced_angle_turns(w_hi, w_lo, t);
+                                                 : reduced_angle_turns(w_hi, w_lo, t);
 }
 
 // ---- long double -------------------------------------------------------------------------
@@ -210,7 +218,7 @@ inline constexpr long double two_pi_3l = -0xb7ed8fbbacc19c60p-192L;
 inline constexpr long double two_pi_1l = 0x1921fb54442d18469898cc51701b8p-110L;
 inline constexpr long double two_pi_2l = 0x1cd129024e088a67cc74020bbea64p-225L;
 inline constexpr long double two_pi_3l = -0x13b19376bad7de19c72fec8841abap-339L;
-#else  // long double == double (MSVC, some ARM ABIs), or IBM double-double
+#else                       // long double == double (MSVC, some ARM ABIs), or IBM double-double
 inline constexpr long double two_pi_1l = two_pi_1;
 inline constexpr long double two_pi_2l = two_pi_2;
 inline constexpr long double two_pi_3l = two_pi_3;

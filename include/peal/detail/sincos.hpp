@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cmath>
-
 #include <peal/detail/angle.hpp>
 
 namespace peal {
@@ -67,8 +66,8 @@ inline void sincos_reduced(double r, double& s, double& c) {
 
   const double m = j - 4.0 * eft::round_small(0.25 * j);
   const double am = std::fabs(m);
-  const double cq = 1.0 - am;         // cos(jπ/2)
-  const double sq = m * (2.0 - am);   // sin(jπ/2)
+  const double cq = 1.0 - am;        // cos(jπ/2)
+  const double sq = m * (2.0 - am);  // sin(jπ/2)
   s = sin_x * cq + cos_x * sq;
   c = cos_x * cq - sin_x * sq;
 }

@@ -1,0 +1,923 @@
+// Batch encoding of queries and keys held as inference engines hold them,
+// [tokens, heads, dim] with arbitrary element strides (view.hpp), docs/design.md §1-2:
+//   encode_queries:  q[i,h,:] <- F(t_i) q[i,h,:],   F(t) = A(t)^T,
+//   encode_keys:     k[i,h,:] <- G(s_i) k[i,h,:],   G(s) = A(-s),
+//   shift_keys:      k[i,h,:] <- A(-delta) k[i,h,:], so that G(s) k becomes G(s + delta) k
+//                    (G(s + delta) = A(-delta) G(s); one matrix for every token),
+// so that score = q~^T k~ = q^T A(t - s) k. Out-of-place overloads read a source view and
+// write a destination view of the same extents (the storage types may differ).
+//
+// Storage: float, double, Eigen::half, Eigen::bfloat16. Arithmetic is in double when the
+// source or destination stores double, in float otherwise; positions and parameters are
+// doubles (long double for long double encodings) and angles are reduced exactly
+// (detail/angle.hpp) before sin/cos, so a float RoPE at position 1.7e9 is still accurate.
+//
+// Dispatch by structure (docs/kernels-encode.md): each encoding maps to a per-token kernel
+// (prepare(position) once per token, then apply to every head):
+//   Bank<RotationBlock>   one batched sincos of all n frequencies (with float arithmetic
+//                         and equal, exact position gaps: a rotation of the previous
+//                         token's angles instead, restarted every 32 tokens), then a
+//                         vectorized rotation (and e^{a t} scale) loop per head, both
+//                         layouts;
+//   Bank<RealBlock>       one batched exp, then a scale loop;
+//   PassThrough           nothing in place, a copy out of place;
+//   BlockDiagonal<...>    each part's kernel on its coordinate sub-range, in one pass;
+//   BasisChange<E>        P^T (queries) or P^{-1} (keys) then E's kernel;
+//   anything else         the dense F(t) or G(s) built once per token (from the
+//                         encoding's apply(), no allocation), then a matrix-vector product
+//                         per head (generic: correct for every encoding).
+// Views whose element stride is not 1, or whose storage is not the arithmetic type, are
+// gathered into a per-call buffer of the arithmetic type and scattered back.
+//
+// Numerics at large |a t|: encode applies the GLOBAL F(t) and G(s). For growth/decay
+// components (RealBlock lambda != 0, RotationBlock a != 0, Jordan blocks) the factor
+// e^{a t} overflows to inf or underflows to 0 once |a t| passes the range of the
+// arithmetic type (|a t| > ~88 in float, ~709 in double: with a RetNet decay
+// gamma = 1 - 2^-5 the float key factor e^{-a s} overflows past s ~ 2800 and the query
+// factor e^{a t} underflows past t ~ 2800). That is the nature of the global
+// factorization, not a defect of the kernel, and it is not clamped here: scores at any
+// sequence length come from the fused, rebasing scores() kernel (docs/design.md §1).
+// Pure rotations (a = 0, RoPE) have |F(t)| = 1 and are accurate at any position.
+//
+// With OpenMP (-fopenmp), tokens are split over threads (in blocks of 32 tokens) when the
+// call moves at least detail::encode_kernels::kParallelMinElements elements; the results
+// are bitwise the same for any number of threads.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <peal/detail/sincos.hpp>
+
+#include "bank.hpp"
+#include "basis_change.hpp"
+#include "block_diagonal.hpp"
+#include "errors.hpp"
+#include "positions.hpp"
+#include "real_block.hpp"
+#include "rotation_block.hpp"
+#include "view.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// The per-token loops over heads are kept out of line: inlined into a caller whose extents
+// are compile-time constants, g++ -O3 vectorizes across heads instead of along the vector
+// (permute-heavy code, measured 1.8x slower).
+#ifndef PEAL_NOINLINE
+#if defined(__GNUC__) || defined(__clang__)
+#define PEAL_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define PEAL_NOINLINE __declspec(noinline)
+#else
+#define PEAL_NOINLINE
+#endif
+#endif
+
+#ifndef PEAL_PREFETCH
+#if defined(__GNUC__) || defined(__clang__)
+#define PEAL_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3)
+#else
+#define PEAL_PREFETCH(p, rw) ((void)0)
+#endif
+#endif
+
+#ifndef PEAL_RESTRICT
+#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
+#define PEAL_RESTRICT __restrict
+#else
+#define PEAL_RESTRICT
+#endif
+#endif
+
+namespace peal {
+namespace detail {
+namespace encode_kernels {
+
+/// Which factor a kernel applies: F(p) (query), G(p) (key), or the shift that takes
+/// G(s) to G(s + p) (A(-p) for every encoding whose G(s) is A(-s); for a basis change
+/// G_P(s) = A_J(-s) P^{-1}, the shift is A_J(-p)).
+enum class Mode { query, key, shift };
+
+/// Threads take whole blocks of this many tokens (a multiple of every kernel's recurrence
+/// block, RotationBankKernel::kRecurrenceBlock).
+inline constexpr Index kTokenBlock = 32;
+
+/// Below this many elements per call, OpenMP threads are not started.
+inline constexpr Index kParallelMinElements = Index(1) << 16;
+
+template <class T>
+struct is_storage
+    : std::integral_constant<bool, std::is_same<T, float>::value || std::is_same<T, double>::value ||
+                                       std::is_same<T, Eigen::half>::value ||
+                                       std::is_same<T, Eigen::bfloat16>::value> {};
+
+/// Arithmetic type for a source/destination storage pair.
+template <class TS, class TD>
+using arith_t = std::conditional_t<std::is_same<std::remove_cv_t<TS>, double>::value ||
+                                       std::is_same<std::remove_cv_t<TD>, double>::value,
+                                   double, float>;
+
+template <class A, class T>
+inline A to_arith(T x) {
+  if constexpr (std::is_same<T, Eigen::half>::value || std::is_same<T, Eigen::bfloat16>::value)
+    return A(static_cast<float>(x));
+  else
+    return A(x);
+}
+template <class T, class A>
+inline T from_arith(A x) {
+  if constexpr (std::is_same<T, Eigen::half>::value || std::is_same<T, Eigen::bfloat16>::value)
+    return T(static_cast<float>(x));
+  else
+    return T(x);
+}
+
+// ---- exp of many arguments at once: out[i] = e^{a[i] p}. Straight-line arithmetic without
+// libm calls so the loop vectorizes (the growth factors of decaying rotation banks and real
+// banks, n per token). x = k ln2 + r with k = round(x / ln2) and r = x - k ln2_hi - k ln2_lo
+// (ln2_hi has 32 significant bits, so k ln2_hi is exact for |k| < 2^21 and r is exact to
+// ~2^-80); e^r by its Taylor polynomial of degree 13 on |r| <= ln2/2 (truncation
+// r^14/14! < 2^-57); 2^k applied as two exact powers of two 2^k1 2^k2, k1 = floor(k/2), so
+// results in the subnormal range and overflow to inf come out as std::exp's (x is clamped
+// to [-746, 710] first, where exp is 0, resp. inf). Relative error <= ~2 ulp (double).
+inline double exp_kernel(double x) {
+  x = x < -746.0 ? -746.0 : x;
+  x = x > 710.0 ? 710.0 : x;
+  constexpr double log2e = 0x1.71547652b82fep+0;
+  constexpr double ln2_hi = 0x1.62e42fefa0000p-1;  // 32 significant bits
+  constexpr double ln2_lo = 0x1.cf79abc9e3b3ap-40;
+  constexpr double magic = 0x1.8p52;  // adding it rounds |y| < 2^51 to an integer
+  const double k = (x * log2e + magic) - magic;
+  const double r = (x - k * ln2_hi) - k * ln2_lo;
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  // 2^k1 and 2^k2 from their exponent bits: the integer k1 + 1023 sits in the low bits of
+  // (k1 + 1023) + 2^52 + 2^51; shifting it into the exponent field needs no conversion.
+  const double k1 = ((0.5 * k - 0.25) + magic) - magic;  // floor(k/2) for integer k
+  const double k2 = k - k1;                              // |k1|, |k2| <= 539: normal
+  const double b1 = (k1 + 1023.0) + magic, b2 = (k2 + 1023.0) + magic;
+  std::uint64_t u1, u2;
+  std::memcpy(&u1, &b1, sizeof u1);
+  std::memcpy(&u2, &b2, sizeof u2);
+  u1 <<= 52;
+  u2 <<= 52;
+  double s1, s2;
+  std::memcpy(&s1, &u1, sizeof s1);
+  std::memcpy(&s2, &u2, sizeof s2);
+  return (p * s1) * s2;
+}
+inline void exp_batch(const double* PEAL_RESTRICT a, double p, int n, double* PEAL_RESTRICT out) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8)  // constant inner trip count: vectorizes at -O2 too
+    for (int j = 0; j < 8; ++j) out[i + j] = exp_kernel(a[i + j] * p);
+  for (; i < n; ++i) out[i] = exp_kernel(a[i] * p);
+}
+
+// ---- Inner loops (unit stride, arithmetic type). Each loop runs over chunks of kChunk
+// elements with an inner loop of constant trip count, then a scalar tail: GCC's -O2 cost
+// model (-fvect-cost-model=very-cheap) vectorizes only loops whose trip count is a known
+// multiple of the vector width, -O3 vectorizes either form. No loop-carried dependence,
+// restrict-qualified streams, coefficients precomputed per token.
+inline constexpr int kChunk = 16;
+
+// Interleaved pairs (2i, 2i+1): y[j] = x[j] cc[j] + x[j^1] ss[j] with
+// cc = [c0, c0, c1, c1, ...], ss = [-s0, s0, -s1, s1, ...] (g folded in): one lane swap
+// (vpermilps), a multiply and an fma per vector. Written pairwise so that the in-place form
+// has no dependence between iterations; m = 2n elements. Every chunk function has its
+// own restrict-qualified (or single written) pointers, so no runtime alias check (which
+// would send the in-place case to the scalar loop) is needed.
+#define PEAL_ROTATE_PAIR(x, y)                  \
+  const A x0 = x[j], x1 = x[j + 1];             \
+  y[j] = x0 * cc[j] + x1 * ss[j];               \
+  y[j + 1] = x1 * cc[j + 1] + x0 * ss[j + 1];
+template <class A>
+inline void rotate_interleaved_chunk(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT cc,
+                                     const A* PEAL_RESTRICT ss, int m) {
+  for (int j = 0; j < m; j += 2) {
+    PEAL_ROTATE_PAIR(x, x)
+  }
+}
+template <class A>
+inline void rotate_interleaved_chunk(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y,
+                                     const A* PEAL_RESTRICT cc, const A* PEAL_RESTRICT ss, int m) {
+  for (int j = 0; j < m; j += 2) {
+    PEAL_ROTATE_PAIR(x, y)
+  }
+}
+#undef PEAL_ROTATE_PAIR
+template <class A>
+inline void rotate_interleaved(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT cc,
+                               const A* PEAL_RESTRICT ss, int n) {
+  const int m = 2 * n;
+  int i = 0;
+  for (; i + kChunk <= m; i += kChunk) rotate_interleaved_chunk(x + i, cc + i, ss + i, kChunk);
+  rotate_interleaved_chunk(x + i, cc + i, ss + i, m - i);
+}
+template <class A>
+inline void rotate_interleaved(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y,
+                               const A* PEAL_RESTRICT cc, const A* PEAL_RESTRICT ss, int n) {
+  const int m = 2 * n;
+  int i = 0;
+  for (; i + kChunk <= m; i += kChunk)
+    rotate_interleaved_chunk(x + i, y + i, cc + i, ss + i, kChunk);
+  rotate_interleaved_chunk(x + i, y + i, cc + i, ss + i, m - i);
+}
+
+// Half-split pairs (i, i+n): two contiguous streams lo = x[0..n), hi = x[n..2n).
+template <class A>
+inline void rotate_halfsplit_chunk(A* PEAL_RESTRICT lo, A* PEAL_RESTRICT hi,
+                                   const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s, int m) {
+  for (int j = 0; j < m; ++j) {
+    const A x0 = lo[j], x1 = hi[j];
+    lo[j] = c[j] * x0 - s[j] * x1;
+    hi[j] = s[j] * x0 + c[j] * x1;
+  }
+}
+template <class A>
+inline void rotate_halfsplit_chunk(const A* PEAL_RESTRICT xlo, const A* PEAL_RESTRICT xhi,
+                                   A* PEAL_RESTRICT ylo, A* PEAL_RESTRICT yhi,
+                                   const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s, int m) {
+  for (int j = 0; j < m; ++j) {
+    const A x0 = xlo[j], x1 = xhi[j];
+    ylo[j] = c[j] * x0 - s[j] * x1;
+    yhi[j] = s[j] * x0 + c[j] * x1;
+  }
+}
+template <class A>
+inline void rotate_halfsplit(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT c,
+                             const A* PEAL_RESTRICT s, int n) {
+  int i = 0;
+  for (; i + kChunk <= n; i += kChunk)
+    rotate_halfsplit_chunk(x + i, x + n + i, c + i, s + i, kChunk);
+  rotate_halfsplit_chunk(x + i, x + n + i, c + i, s + i, n - i);
+}
+template <class A>
+inline void rotate_halfsplit(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y,
+                             const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s, int n) {
+  int i = 0;
+  for (; i + kChunk <= n; i += kChunk)
+    rotate_halfsplit_chunk(x + i, x + n + i, y + i, y + n + i, c + i, s + i, kChunk);
+  rotate_halfsplit_chunk(x + i, x + n + i, y + i, y + n + i, c + i, s + i, n - i);
+}
+
+template <class A>
+inline void scale_chunk(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT g, int m) {
+  for (int j = 0; j < m; ++j) x[j] *= g[j];
+}
+template <class A>
+inline void scale_chunk(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RESTRICT g,
+                        int m) {
+  for (int j = 0; j < m; ++j) y[j] = x[j] * g[j];
+}
+template <class A>
+inline void scale(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT g, int n) {
+  int i = 0;
+  for (; i + kChunk <= n; i += kChunk) scale_chunk(x + i, g + i, kChunk);
+  scale_chunk(x + i, g + i, n - i);
+}
+template <class A>
+inline void scale(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RESTRICT g,
+                  int n) {
+  int i = 0;
+  for (; i + kChunk <= n; i += kChunk) scale_chunk(x + i, y + i, g + i, kChunk);
+  scale_chunk(x + i, y + i, g + i, n - i);
+}
+
+// ---- One token: the same rotation on each of `heads` vectors. The pair count is a
+// template parameter for the common rotary sizes (16, 32, 64, 96, 128 coordinates): the
+// per-vector loop is then fully unrolled and the coefficients stay in registers across the
+// head loop, leaving one load, a lane swap, a multiply, an fma and a store per vector of x
+// (measured 20-25% faster than reloading them per head, in place, d = 128, AVX-512).
+// N = 0: run-time pair count.
+template <class F>
+inline void with_pair_count(int n, F&& f) {
+  switch (n) {
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 48: f(std::integral_constant<int, 48>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    default: f(std::integral_constant<int, 0>{}); break;
+  }
+}
+// Local copies of the coefficients: their addresses never escape, so the compiler knows the
+// stores to x cannot change them and keeps them in registers across the head loop
+// (restrict on the parameters was not enough for g++ 12 to hoist the loads).
+template <int N, class A>
+inline void rotate_heads_interleaved(A* x, Index heads, Index xs, const A* cc_in, const A* ss_in,
+                                     int n) {
+  if constexpr (N > 0) {
+    A cc[2 * N], ss[2 * N];
+    for (int j = 0; j < 2 * N; ++j) cc[j] = cc_in[j], ss[j] = ss_in[j];
+    for (Index h = 0; h < heads; ++h) rotate_interleaved(x + h * xs, cc, ss, N);
+  } else {
+    for (Index h = 0; h < heads; ++h) rotate_interleaved(x + h * xs, cc_in, ss_in, n);
+  }
+}
+template <int N, class A>
+inline void rotate_heads_interleaved(const A* x, Index xs, A* y, Index ys, Index heads,
+                                     const A* cc_in, const A* ss_in, int n) {
+  if constexpr (N > 0) {
+    A cc[2 * N], ss[2 * N];
+    for (int j = 0; j < 2 * N; ++j) cc[j] = cc_in[j], ss[j] = ss_in[j];
+    for (Index h = 0; h < heads; ++h) rotate_interleaved(x + h * xs, y + h * ys, cc, ss, N);
+  } else {
+    for (Index h = 0; h < heads; ++h) rotate_interleaved(x + h * xs, y + h * ys, cc_in, ss_in, n);
+  }
+}
+template <int N, class A>
+inline void rotate_heads_halfsplit(A* x, Index heads, Index xs, const A* c_in, const A* s_in,
+                                   int n) {
+  if constexpr (N > 0) {
+    A c[N], s[N];
+    for (int j = 0; j < N; ++j) c[j] = c_in[j], s[j] = s_in[j];
+    for (Index h = 0; h < heads; ++h) rotate_halfsplit(x + h * xs, c, s, N);
+  } else {
+    for (Index h = 0; h < heads; ++h) rotate_halfsplit(x + h * xs, c_in, s_in, n);
+  }
+}
+template <int N, class A>
+inline void rotate_heads_halfsplit(const A* x, Index xs, A* y, Index ys, Index heads,
+                                   const A* c_in, const A* s_in, int n) {
+  if constexpr (N > 0) {
+    A c[N], s[N];
+    for (int j = 0; j < N; ++j) c[j] = c_in[j], s[j] = s_in[j];
+    for (Index h = 0; h < heads; ++h) rotate_halfsplit(x + h * xs, y + h * ys, c, s, N);
+  } else {
+    for (Index h = 0; h < heads; ++h) rotate_halfsplit(x + h * xs, y + h * ys, c_in, s_in, n);
+  }
+}
+
+// ---- Kernels. Interface (A = arithmetic type; a "row" is the `heads` vectors of one token,
+// vector h starting at x + h * xs, each contiguous with dim() elements):
+//   Kernel(const E& enc, Mode mode)           per-call setup and buffers (may allocate);
+//   int dim() const;
+//   void prepare(double p, Index t);          coefficients for position p of token t (no
+//                                             allocation; t only matters for recurrences);
+//   void inplace(A* x, Index heads, Index xs);                     x_h <- M x_h;
+//   void copy(const A* x, Index xs, A* y, Index ys, Index heads);  y_h <- M x_h, x and y
+//                                                                  not overlapping.
+
+template <class A, class E, class = void>
+struct kernel_for;
+template <class A, class E>
+using kernel_t = typename kernel_for<A, E>::type;
+
+/// Bank<RotationBlock>: angles of all n blocks in one batched sincos per token.
+template <class A>
+class RotationBankKernel {
+ public:
+  template <class S>
+  RotationBankKernel(const Bank<RotationBlock<S>>& bank, Mode mode)
+      : n_(bank.size()),
+        interleaved_(bank.layout() == Layout::Interleaved),
+        query_(mode == Mode::query),
+        w_hi_(bank.params().col(0).data()),
+        w_lo_(bank.params().col(1).data()),
+        a_(bank.params().col(2).data()),
+        sd_(std::size_t(n_)),
+        cd_(std::size_t(n_)),
+        gd_(std::size_t(n_)),
+        gs_(std::size_t(n_)),
+        gc_(std::size_t(n_)),
+        sstep_(std::is_same<A, float>::value ? std::size_t(n_) : 0),
+        cstep_(sstep_.size()),
+        cc_(std::size_t(n_) * (interleaved_ ? 2 : 1)),
+        ss_(cc_.size()) {
+    pure_ = (bank.params().col(2) == 0).all();
+  }
+  int dim() const { return 2 * n_; }
+
+  void prepare(double p, Index t) {
+    if (n_ == 0) return;
+    bool advanced = false;
+    if constexpr (std::is_same<A, float>::value) advanced = advance(p, t);
+    if (!advanced) angles_sincos(w_hi_, w_lo_, p, n_, sd_.data(), cd_.data());  // of omega p
+    prev_p_ = p;
+    prev_t_ = t;
+
+    const double* PEAL_RESTRICT sd = sd_.data();
+    const double* PEAL_RESTRICT cd = cd_.data();
+    double* PEAL_RESTRICT gs = gs_.data();
+    double* PEAL_RESTRICT gc = gc_.data();
+    if (!pure_) {
+      // Query: A(t)^T = e^{a t} R(omega t); key: A(-s) = e^{-a s} R(omega s).
+      double* PEAL_RESTRICT g = gd_.data();
+      exp_batch(a_, query_ ? p : -p, n_, g);
+      for (int i = 0; i < n_; ++i) {
+        gs[i] = sd[i] * g[i];
+        gc[i] = cd[i] * g[i];
+      }
+    } else {
+      for (int i = 0; i < n_; ++i) {
+        gs[i] = sd[i];
+        gc[i] = cd[i];
+      }
+    }
+    A* PEAL_RESTRICT cc = cc_.data();
+    A* PEAL_RESTRICT ss = ss_.data();
+    if (interleaved_) {
+      for (int i = 0; i < n_; ++i) {
+        cc[2 * i] = cc[2 * i + 1] = A(gc[i]);
+        ss[2 * i] = A(-gs[i]);
+        ss[2 * i + 1] = A(gs[i]);
+      }
+    } else {
+      for (int i = 0; i < n_; ++i) {
+        cc[i] = A(gc[i]);
+        ss[i] = A(gs[i]);
+      }
+    }
+  }
+  PEAL_NOINLINE void inplace(A* x, Index heads, Index xs) {
+    with_pair_count(n_, [&](auto N) {
+      if (interleaved_)
+        rotate_heads_interleaved<N()>(x, heads, xs, cc_.data(), ss_.data(), n_);
+      else
+        rotate_heads_halfsplit<N()>(x, heads, xs, cc_.data(), ss_.data(), n_);
+    });
+  }
+  PEAL_NOINLINE void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    with_pair_count(n_, [&](auto N) {
+      if (interleaved_)
+        rotate_heads_interleaved<N()>(x, xs, y, ys, heads, cc_.data(), ss_.data(), n_);
+      else
+        rotate_heads_halfsplit<N()>(x, xs, y, ys, heads, cc_.data(), ss_.data(), n_);
+    });
+  }
+
+ private:
+  // Float arithmetic only: equally spaced positions advance the angles by the rotation
+  // (cos, sin)(omega d) instead of a new sincos per token: 4 multiplies and 2 adds per
+  // frequency in double instead of an exact reduction and two polynomials. Token t uses it
+  // when t is not a multiple of kRecurrenceBlock, its predecessor t-1 was prepared, every gap
+  // since the block's first token is the same d, and each gap p_t - p_{t-1} is exact (so
+  // omega p_t = omega p_{t-1} + omega d exactly). Error: at most kRecurrenceBlock steps of
+  // ~2 ulp (double) each, plus the <= 3.5e-16 of sincos(omega d): below 1e-13 absolute,
+  // a millionth of a float ulp. The values depend only on the positions and the token
+  // indices (blocks are aligned to token indices, and threads start on block boundaries),
+  // so results are identical for any thread count.
+  static constexpr Index kRecurrenceBlock = 32;
+  static_assert(kTokenBlock % kRecurrenceBlock == 0, "thread blocks must align with recurrences");
+  bool advance(double p, Index t) {
+    if (t % kRecurrenceBlock == 0 || prev_t_ != t - 1) {  // exact anchor
+      run_ok_ = (t % kRecurrenceBlock == 0);
+      run_has_d_ = false;
+      return false;
+    }
+    if (!run_ok_) return false;
+    // d = p - prev exactly? (TwoSum error term of p + (-prev) is zero)
+    const double q = -prev_p_, d = p + q, bb = d - p;
+    if ((p - (d - bb)) + (q - bb) != 0 || !std::isfinite(d)) return run_ok_ = false;
+    if (!run_has_d_) {
+      run_has_d_ = true;
+      run_d_ = d;
+      if (!(step_valid_ && step_ == d)) {
+        angles_sincos(w_hi_, w_lo_, d, n_, sstep_.data(), cstep_.data());
+        step_ = d;
+        step_valid_ = true;
+      }
+    } else if (d != run_d_) {
+      return run_ok_ = false;
+    }
+    double* PEAL_RESTRICT sd = sd_.data();
+    double* PEAL_RESTRICT cd = cd_.data();
+    const double* PEAL_RESTRICT s1 = sstep_.data();
+    const double* PEAL_RESTRICT c1 = cstep_.data();
+    for (int i = 0; i < n_; ++i) {
+      const double c = cd[i], s = sd[i];
+      cd[i] = c * c1[i] - s * s1[i];
+      sd[i] = s * c1[i] + c * s1[i];
+    }
+    return true;
+  }
+
+  int n_;
+  bool interleaved_, query_, pure_ = true;
+  const double *w_hi_, *w_lo_, *a_;
+  std::vector<double> sd_, cd_, gd_, gs_, gc_, sstep_, cstep_;
+  std::vector<A> cc_, ss_;
+  double prev_p_ = 0, run_d_ = 0, step_ = 0;
+  Index prev_t_ = -2;
+  bool run_ok_ = false, run_has_d_ = false, step_valid_ = false;
+};
+
+/// Bank<RealBlock>: a diagonal scale e^{lambda_i t} (query) or e^{-lambda_i s} (key).
+template <class A>
+class RealBankKernel {
+ public:
+  template <class S>
+  RealBankKernel(const Bank<RealBlock<S>>& bank, Mode mode)
+      : n_(bank.size()),
+        query_(mode == Mode::query),
+        lambda_(bank.params().col(0).data()),
+        gd_(std::size_t(n_)),
+        g_(std::size_t(n_)) {}
+  int dim() const { return n_; }
+  void prepare(double p, Index) {
+    exp_batch(lambda_, query_ ? p : -p, n_, gd_.data());
+    for (int i = 0; i < n_; ++i) g_[std::size_t(i)] = A(gd_[std::size_t(i)]);
+  }
+  PEAL_NOINLINE void inplace(A* x, Index heads, Index xs) {
+    for (Index h = 0; h < heads; ++h) scale(x + h * xs, g_.data(), n_);
+  }
+  PEAL_NOINLINE void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    for (Index h = 0; h < heads; ++h) scale(x + h * xs, y + h * ys, g_.data(), n_);
+  }
+
+ private:
+  int n_;
+  bool query_;
+  const double* lambda_;
+  std::vector<double> gd_;
+  std::vector<A> g_;
+};
+
+/// PassThrough: the identity.
+template <class A>
+class PassThroughKernel {
+ public:
+  template <class S>
+  PassThroughKernel(const PassThrough<S>& p, Mode) : n_(p.dim()) {}
+  int dim() const { return n_; }
+  void prepare(double, Index) {}
+  void inplace(A*, Index, Index) {}
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    if (n_ == 0) return;
+    for (Index h = 0; h < heads; ++h)
+      std::memcpy(y + h * ys, x + h * xs, sizeof(A) * std::size_t(n_));
+  }
+
+ private:
+  int n_;
+};
+
+/// BlockDiagonal: part I's kernel on coordinates [offset<I>, offset<I> + dim_I) of every
+/// vector of the row, part after part (the row is one token's heads: it stays in cache).
+template <class A, class... Parts>
+class BlockDiagonalKernel {
+  static constexpr std::size_t N = sizeof...(Parts);
+
+ public:
+  BlockDiagonalKernel(const BlockDiagonal<Parts...>& bd, Mode mode)
+      : BlockDiagonalKernel(bd, mode, std::make_index_sequence<N>{}) {}
+  int dim() const { return dim_; }
+  void prepare(double p, Index t) {
+    std::apply([p, t](auto&... k) { (k.prepare(p, t), ...); }, ks_);
+  }
+  void inplace(A* x, Index heads, Index xs) {
+    inplace_impl(x, heads, xs, std::make_index_sequence<N>{});
+  }
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    copy_impl(x, xs, y, ys, heads, std::make_index_sequence<N>{});
+  }
+
+ private:
+  template <std::size_t... I>
+  BlockDiagonalKernel(const BlockDiagonal<Parts...>& bd, Mode mode, std::index_sequence<I...>)
+      : ks_(kernel_t<A, Parts>(bd.template part<I>(), mode)...),
+        off_{{bd.template offset<I>()...}},
+        dim_(bd.dim()) {}
+  template <std::size_t... I>
+  void inplace_impl(A* x, Index heads, Index xs, std::index_sequence<I...>) {
+    (std::get<I>(ks_).inplace(x + off_[I], heads, xs), ...);
+  }
+  template <std::size_t... I>
+  void copy_impl(const A* x, Index xs, A* y, Index ys, Index heads, std::index_sequence<I...>) {
+    (std::get<I>(ks_).copy(x + off_[I], xs, y + off_[I], ys, heads), ...);
+  }
+
+  std::tuple<kernel_t<A, Parts>...> ks_;
+  std::array<int, N> off_;
+  int dim_;
+};
+
+/// BasisChange<E>: F_P(t) = F_J(t) P^T, G_P(s) = G_J(s) P^{-1}; the shift is E's own.
+template <class A, class E>
+class BasisChangeKernel {
+ public:
+  BasisChangeKernel(const BasisChange<E>& b, Mode mode)
+      : inner_(b.inner(), mode), pre_(mode != Mode::shift), tmp_(b.dim()) {
+    if (mode == Mode::query)
+      m_ = b.P().transpose().template cast<A>();
+    else if (mode == Mode::key)
+      m_ = b.P_inverse().template cast<A>();
+  }
+  int dim() const { return inner_.dim(); }
+  void prepare(double p, Index t) { inner_.prepare(p, t); }
+  void inplace(A* x, Index heads, Index xs) {
+    if (pre_) {
+      for (Index h = 0; h < heads; ++h) {
+        Eigen::Map<Vector<A>> xm(x + h * xs, tmp_.size());
+        tmp_.noalias() = m_ * xm;
+        xm = tmp_;
+      }
+    }
+    inner_.inplace(x, heads, xs);
+  }
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    if (!pre_) return inner_.copy(x, xs, y, ys, heads);
+    for (Index h = 0; h < heads; ++h)
+      Eigen::Map<Vector<A>>(y + h * ys, tmp_.size()).noalias() =
+          m_ * Eigen::Map<const Vector<A>>(x + h * xs, tmp_.size());
+    inner_.inplace(y, heads, ys);
+  }
+
+ private:
+  kernel_t<A, E> inner_;
+  bool pre_;
+  Matrix<A> m_;
+  Vector<A> tmp_;
+};
+
+template <class E, class = void>
+struct has_apply : std::false_type {};
+template <class E>
+struct has_apply<E, std::void_t<decltype(std::declval<const E&>().apply(
+                        std::declval<Vector<typename E::Scalar>&>(),
+                        std::declval<real_t<typename E::Scalar>>(), true))>> : std::true_type {};
+
+/// Any encoding: the dense factor M (F(p), G(p) or the shift) once per token, then
+/// y = M x per head. Built column by column from the encoding's apply() into preallocated
+/// storage; encodings without apply() fall back on F()/G() (which may allocate).
+template <class A, class E>
+class DenseKernel {
+  using S = typename E::Scalar;
+  using R = real_t<S>;
+
+ public:
+  DenseKernel(const E& e, Mode mode)
+      : e_(&e), mode_(mode), d_(int(e.dim())), m_(d_, d_), ms_(d_, d_), col_(d_), tmp_(d_) {
+    if constexpr (!has_apply<E>::value) {
+      if (mode == Mode::shift) g0inv_ = Matrix<S>(e.G(R(0))).inverse();
+    }
+  }
+  int dim() const { return d_; }
+  void prepare(double p, Index) {
+    const R r = R(p);
+    if constexpr (has_apply<E>::value) {
+      // query: F(t) = A(t)^T; key and shift: G(s) = A(-s).
+      const bool transpose = mode_ == Mode::query;
+      const R tau = transpose ? r : -r;
+      for (int j = 0; j < d_; ++j) {
+        col_.setZero();
+        col_(j) = S(1);
+        e_->apply(col_, tau, transpose);
+        ms_.col(j) = col_;
+      }
+      m_ = ms_.template cast<A>();
+    } else {
+      if (mode_ == Mode::query)
+        m_ = Matrix<S>(e_->F(r)).template cast<A>();
+      else if (mode_ == Mode::key)
+        m_ = Matrix<S>(e_->G(r)).template cast<A>();
+      else
+        m_ = (Matrix<S>(e_->G(r)) * g0inv_).template cast<A>();
+    }
+  }
+  void inplace(A* x, Index heads, Index xs) {
+    for (Index h = 0; h < heads; ++h) {
+      Eigen::Map<Vector<A>> xm(x + h * xs, d_);
+      tmp_.noalias() = m_ * xm;
+      xm = tmp_;
+    }
+  }
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    for (Index h = 0; h < heads; ++h)
+      Eigen::Map<Vector<A>>(y + h * ys, d_).noalias() =
+          m_ * Eigen::Map<const Vector<A>>(x + h * xs, d_);
+  }
+
+ private:
+  const E* e_;
+  Mode mode_;
+  int d_;
+  Matrix<A> m_;
+  Matrix<S> ms_, g0inv_;
+  Vector<S> col_;
+  Vector<A> tmp_;
+};
+
+// ---- Dispatch: the most specific kernel for an encoding type.
+template <class A, class E, class>
+struct kernel_for {
+  using type = DenseKernel<A, E>;
+};
+template <class A, class S>
+struct kernel_for<A, Bank<RotationBlock<S>>, std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
+  using type = RotationBankKernel<A>;
+};
+template <class A, class S>
+struct kernel_for<A, Bank<RealBlock<S>>, std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
+  using type = RealBankKernel<A>;
+};
+template <class A, class S>
+struct kernel_for<A, PassThrough<S>> {
+  using type = PassThroughKernel<A>;
+};
+template <class A, class... Parts>
+struct kernel_for<A, BlockDiagonal<Parts...>> {
+  using type = BlockDiagonalKernel<A, Parts...>;
+};
+template <class A, class E>
+struct kernel_for<A, BasisChange<E>> {
+  using type = BasisChangeKernel<A, E>;
+};
+
+template <class TS, class TD>
+inline void prefetch_row(const TS* s, TD* d, Index bytes) {
+  const char* ps = reinterpret_cast<const char*>(s);
+  const char* pd = reinterpret_cast<const char*>(d);
+  for (Index b = 0; b < bytes; b += 64) {
+    PEAL_PREFETCH(ps + b, 0);
+    if (pd != ps) PEAL_PREFETCH(pd + b, 1);
+  }
+}
+
+// ---- Driver: every token and head of src, written to dst (src and dst may be the same
+// view). Positions are checked by the caller.
+template <class E, class TS, class TD>
+void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD>& dst,
+         const Positions& pos) {
+  using A = arith_t<TS, TD>;
+  using K = kernel_t<A, E>;
+  constexpr bool same_types =
+      std::is_same<std::remove_cv_t<TS>, A>::value && std::is_same<TD, A>::value;
+
+  const Index T = dst.tokens(), H = dst.heads(), D = dst.dim();
+  if (dst.empty()) return;
+  const bool direct = same_types && src.strides().elem == 1 && dst.strides().elem == 1;
+  const bool constant = pos.is_sequence() && pos.step() == 0;  // shift_keys, or one time
+
+  int nthreads = 1;
+#ifdef _OPENMP
+  if (T > 1 && T * H * D >= kParallelMinElements && !omp_in_parallel())
+    nthreads = int(std::min<Index>(omp_get_max_threads(), T));
+#endif
+  // Per-thread kernels and gather buffers, allocated before any thread starts.
+  std::vector<K> kernels;
+  kernels.reserve(std::size_t(nthreads));
+  for (int i = 0; i < nthreads; ++i) kernels.emplace_back(enc, mode);
+  std::vector<A> buffers(direct ? 0 : std::size_t(D) * std::size_t(nthreads));
+
+  // Bytes of a token row to prefetch before prepare(): the first lines of the row, at
+  // most 8 KiB (what a core streams in the ~0.2 us a 64-frequency sincos takes).
+  const Index row_bytes = (H - 1) * src.strides().head * Index(sizeof(A)) + D * Index(sizeof(A));
+  const Index prefetch_bytes =
+      (H > 0 && src.strides().head >= 0) ? std::min<Index>(row_bytes, 8192) : 0;
+  const Index ses = src.strides().elem, des = dst.strides().elem;
+  const Index shs = src.strides().head, dhs = dst.strides().head;
+  auto work = [&](int tid, Index t0, Index t1) {
+    K& k = kernels[std::size_t(tid)];
+    A* buf = direct ? nullptr : buffers.data() + std::size_t(D) * std::size_t(tid);
+    if (constant) k.prepare(pos[0], 0);
+    for (Index t = t0; t < t1; ++t) {
+      const TS* s = src.vector(t, 0);
+      TD* d = dst.vector(t, 0);
+      if (!constant) {
+        // Start the token's first cache lines on their way before the per-token setup
+        // (sincos, exp), during which the loop would otherwise issue no memory traffic.
+        if (direct) prefetch_row(s, d, prefetch_bytes);
+        k.prepare(pos[t], t);
+      }
+      if constexpr (same_types) {
+        if (direct) {
+          if (static_cast<const void*>(s) == static_cast<const void*>(d) && shs == dhs)
+            k.inplace(d, H, dhs);
+          else
+            k.copy(s, shs, d, dhs, H);
+          continue;
+        }
+      }
+      for (Index h = 0; h < H; ++h) {
+        const TS* sh = s + h * shs;
+        TD* dh = d + h * dhs;
+        for (Index j = 0; j < D; ++j) buf[j] = to_arith<A>(sh[j * ses]);
+        k.inplace(buf, 1, D);
+        for (Index j = 0; j < D; ++j) dh[j * des] = from_arith<TD>(buf[j]);
+      }
+    }
+  };
+
+#ifdef _OPENMP
+  if (nthreads > 1) {
+#pragma omp parallel num_threads(nthreads)
+    {
+      // Static split on multiples of kTokenBlock, so that per-token recurrences (which
+      // restart on those multiples) give the same bits for any thread count.
+      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+      const Index blocks = (T + kTokenBlock - 1) / kTokenBlock;
+      const Index t0 = std::min(T, blocks * tid / nt * kTokenBlock);
+      const Index t1 = std::min(T, blocks * (tid + 1) / nt * kTokenBlock);
+      work(tid, t0, t1);
+    }
+    return;
+  }
+#endif
+  work(0, 0, T);
+}
+
+template <class E, class TS, class TD>
+void check_views(const E& enc, const TensorView<TS>& src, const TensorView<TD>& dst,
+                 const char* where) {
+  static_assert(is_storage<std::remove_cv_t<TS>>::value && is_storage<std::remove_cv_t<TD>>::value,
+                "peal: kernel storage must be float, double, Eigen::half or Eigen::bfloat16");
+  static_assert(!std::is_const<TD>::value, "peal: the destination view must be writable");
+  if (src.tokens() != dst.tokens() || src.heads() != dst.heads() || src.dim() != dst.dim()) {
+    std::ostringstream os;
+    os << where << ": source is [" << src.tokens() << ", " << src.heads() << ", " << src.dim()
+       << "] but destination is [" << dst.tokens() << ", " << dst.heads() << ", " << dst.dim()
+       << "] (tokens, heads, dim must match)";
+    fail(os.str());
+  }
+  if (dst.dim() != Index(enc.dim())) {
+    std::ostringstream os;
+    os << where << ": view has dim " << dst.dim() << ", the encoding acts on size " << enc.dim();
+    fail(os.str());
+  }
+}
+
+}  // namespace encode_kernels
+}  // namespace detail
+
+/// q[i,h,:] <- F(t_i) q[i,h,:] = A(t_i)^T q[i,h,:] for every token i and head h, in place.
+template <class E, class T>
+void encode_queries(const E& enc, TensorView<T> q, const Positions& pos) {
+  namespace k = detail::encode_kernels;
+  k::check_views(enc, q, q, "encode_queries");
+  pos.check(q.tokens(), "encode_queries");
+  k::run(enc, k::Mode::query, q, q, pos);
+}
+
+/// dst[i,h,:] <- F(t_i) src[i,h,:]. src and dst have the same extents and do not overlap
+/// (unless they are the same view, which is then encoded in place).
+template <class E, class TS, class TD>
+void encode_queries(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Positions& pos) {
+  namespace k = detail::encode_kernels;
+  k::check_views(enc, src, dst, "encode_queries");
+  pos.check(dst.tokens(), "encode_queries");
+  k::run(enc, k::Mode::query, src, dst, pos);
+}
+
+/// k[i,h,:] <- G(s_i) k[i,h,:] = A(-s_i) k[i,h,:] for every token i and head h, in place.
+template <class E, class T>
+void encode_keys(const E& enc, TensorView<T> k, const Positions& pos) {
+  namespace kk = detail::encode_kernels;
+  kk::check_views(enc, k, k, "encode_keys");
+  pos.check(k.tokens(), "encode_keys");
+  kk::run(enc, kk::Mode::key, k, k, pos);
+}
+
+/// dst[i,h,:] <- G(s_i) src[i,h,:]; same extents, no overlap (or the same view).
+template <class E, class TS, class TD>
+void encode_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Positions& pos) {
+  namespace kk = detail::encode_kernels;
+  kk::check_views(enc, src, dst, "encode_keys");
+  pos.check(dst.tokens(), "encode_keys");
+  kk::run(enc, kk::Mode::key, src, dst, pos);
+}
+
+/// Keys encoded at s become keys encoded at s + delta: k <- A(-delta) k for every token and
+/// head (G(s + delta) = A(-delta) G(s)); one factor for the whole view. Pure rotations
+/// (RoPE) compose exactly up to rounding, so repeated shifts neither drift nor scale.
+template <class E, class T>
+void shift_keys(const E& enc, TensorView<T> k, double delta) {
+  namespace kk = detail::encode_kernels;
+  kk::check_views(enc, k, k, "shift_keys");
+  detail::require_finite(delta, "shift_keys", "delta");
+  kk::run(enc, kk::Mode::shift, k, k, Positions::sequence(delta, 0.0));
+}
+
+/// dst <- A(-delta) src (out-of-place shift_keys).
+template <class E, class TS, class TD>
+void shift_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, double delta) {
+  namespace kk = detail::encode_kernels;
+  kk::check_views(enc, src, dst, "shift_keys");
+  detail::require_finite(delta, "shift_keys", "delta");
+  kk::run(enc, kk::Mode::shift, src, dst, Positions::sequence(delta, 0.0));
+}
+
+}  // namespace peal

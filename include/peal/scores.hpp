@@ -1,0 +1,1669 @@
+// Fused attention scores (docs/design.md §1-2, docs/kernels-scores.md):
+//
+//   out[h][i][j] = scale · γ_h^(t_i − s_j) · q_{i,h}ᵀ A(t_i − s_j) k_{j,h/G}  −  m_h (t_i − s_j)
+//
+// and −∞ where `causal` and s_j > t_i. q is [nq, Hq, d], k is [nk, Hk, d] with Hq = G·Hk
+// (grouped-query attention: query head h reads key head h / G), out is [Hq, nq, nk]
+// (a TensorView with tokens = Hq, heads = nq, dim = nk). γ_h (RetNet-style scalar decay)
+// and m_h (ALiBi slope, Press et al. 2022, added after scaling) are optional per-head
+// options; A(τ) = exp(τX) is any peal encoding.
+//
+// Fused: no encoded copy of Q or K is ever materialised. The work is tiled; a query tile
+// (≤ 128 tokens) and a key tile (≤ 256 tokens) are encoded into small contiguous buffers of
+// the arithmetic type and multiplied with Eigen's GEMM kernel, which writes into `out`
+// directly when `out` is laid out as a matrix of the arithmetic type; the epilogue (ALiBi,
+// mask) runs on the tile while it is in cache. Working memory is bounded by the tile sizes.
+//
+// Rebased (docs/design.md §1 "Numerical stability"): for a query tile I with anchor T_I and
+// a key tile J with anchor S_J the kernel evaluates
+//     q̃_i = A(t_i − S_J)ᵀ q_i = [A(T_I − S_J) A(t_i − T_I)]ᵀ q_i,    k̃_j = A(S_J − s_j) k_j,
+// so q̃_iᵀ k̃_j = q_iᵀ A(t_i − s_j) k_j exactly in exact arithmetic, and only differences of
+// positions enter: never F(t) or G(s) at absolute time. The coefficients are products of
+// per-tile tables (A(t_i − T_I), A(S_J − s_j): relative to the tile's own anchor, shared by
+// every tile when positions are evenly spaced) and one cross factor A(T_I − S_J) per tile
+// pair, composed in double and rounded once to the arithmetic type. Tiles are split so that
+// every |t − anchor| stays below a half-spread h chosen from the generator:
+//     ρ · h ≤ θ_exp        ρ = max |Re λ(X)| + max_h |ln γ_h|   (growth/decay factors)
+//     (1 + 2h)^p ≤ P       p = longest Jordan chain − 1           (polynomial factors)
+// with (θ_exp, P) = (16 ln 2, 2^12) for float key tiles and (128 ln 2, 2^20) for double
+// arithmetic and for query tiles (whose coefficients are composed in double). The result is
+// accurate relative to |q| ‖A(t−s)‖ |k| at any absolute time and sequence length; see
+// docs/kernels-scores.md for the error analysis behind these numbers. A tile may shrink to
+// one token (irregular timestamps with long gaps on a decaying encoding).
+// Pure rotations (every Re λ = 0, no Jordan chain, no decay: RoPE) need no rebasing: they
+// use anchor 0, encode each query tile once and each key tile once per block of query tiles.
+//
+// Arithmetic: double if q or k stores double, float otherwise (float, Eigen::half,
+// Eigen::bfloat16 storage). Positions and parameters are doubles; angles are reduced exactly
+// (detail/angle.hpp). With OpenMP, (query block, key head) units run on `threads` threads;
+// results do not depend on the thread count.
+#pragma once
+
+#include <Eigen/Core>
+#include <Eigen/Eigenvalues>
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <peal/detail/sincos.hpp>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "bank.hpp"
+#include "basis_change.hpp"
+#include "block_diagonal.hpp"
+#include "errors.hpp"
+#include "jordan_block.hpp"
+#include "positions.hpp"
+#include "real_block.hpp"
+#include "rotation_block.hpp"
+#include "rotation_jordan_block.hpp"
+#include "view.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifndef PEAL_RESTRICT
+#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
+#define PEAL_RESTRICT __restrict
+#else
+#define PEAL_RESTRICT
+#endif
+#endif
+
+namespace peal {
+
+/// Options of scores(). Aggregate: ScoreOptions{causal, scale, alibi_slopes, decay, threads}.
+struct ScoreOptions {
+  /// Mask every key with s_j > t_i to −∞ (tiles entirely in the future are not computed).
+  bool causal = false;
+  /// Multiplies q^T A k (e.g. 1/sqrt(d)); ALiBi is added after scaling.
+  double scale = 1.0;
+  /// ALiBi slopes m_h, one per query head (empty: none); adds −m_h (t_i − s_j).
+  std::vector<double> alibi_slopes;
+  /// Scalar decays γ_h ∈ (0, 1], one per query head (empty: none); multiplies by γ_h^(t_i − s_j).
+  std::vector<double> decay;
+  /// Number of threads with OpenMP (0: omp_get_max_threads()); ignored without OpenMP.
+  int threads = 0;
+  /// Tile sizes in tokens (0: automatic, 128 queries × 256 keys). Mostly for tests/tuning.
+  Index query_tile = 0;
+  Index key_tile = 0;
+};
+
+namespace detail {
+namespace scores_kernels {
+
+template <class T>
+struct is_storage : std::integral_constant<bool, std::is_same<T, float>::value ||
+                                                     std::is_same<T, double>::value ||
+                                                     std::is_same<T, Eigen::half>::value ||
+                                                     std::is_same<T, Eigen::bfloat16>::value> {};
+
+/// Arithmetic type: double if either side stores double, float otherwise.
+template <class Tq, class Tk>
+using arith_t = std::conditional_t<std::is_same<std::remove_cv_t<Tq>, double>::value ||
+                                       std::is_same<std::remove_cv_t<Tk>, double>::value,
+                                   double, float>;
+
+template <class A, class T>
+inline A to_arith(T x) {
+  if constexpr (std::is_same<T, Eigen::half>::value || std::is_same<T, Eigen::bfloat16>::value)
+    return A(static_cast<float>(x));
+  else
+    return A(x);
+}
+
+// ---- Rebasing thresholds (docs/kernels-scores.md, "Rebasing") -----------------------------
+// exp_budget θ: every growth/decay factor inside a tile is ≤ e^θ (2^16 for float: the tile
+// factors use 16 of float's 254 binary orders of magnitude, so only scores within 2^16 of the
+// float range limits can spuriously overflow/underflow; 2^128 for double).
+// poly_budget P: Jordan chains make the rounding error of a score grow like (1 + 2h)^p
+// relative to |q|‖A‖|k| (cancellation between the polynomial terms of q̃ and k̃); P bounds
+// that growth: 2^12 ε_float ≈ 2.4e-4, 2^20 ε_double ≈ 2.3e-10.
+template <class C>
+struct rebase_limits;
+template <>
+struct rebase_limits<float> {
+  static constexpr double exp_budget = 11.090354888959125;  // 16 ln 2
+  static constexpr double poly_budget = 4096.0;             // 2^12
+};
+template <>
+struct rebase_limits<double> {
+  static constexpr double exp_budget = 88.722839111672999;  // 128 ln 2
+  static constexpr double poly_budget = 1048576.0;          // 2^20
+};
+
+/// Largest half-spread h (positions) of a tile: ρ h ≤ θ and (1 + 4h)^p ≤ P (the rounding
+/// error of a score grows like (1 + 2 h_q + 2 h_k)^p, h_q and h_k ≤ h the two tiles' spreads).
+inline double max_half_spread(double rate, int degree, double exp_budget, double poly_budget) {
+  double h = std::numeric_limits<double>::infinity();
+  if (rate > 0) h = std::min(h, exp_budget / rate);
+  if (degree > 0) h = std::min(h, 0.25 * (std::pow(poly_budget, 1.0 / degree) - 1.0));
+  return h;
+}
+
+// ---- Generic growth rate and chain length of a dense generator ----------------------------
+inline double generic_rate(const Matrix<double>& X) {
+  if (X.size() == 0) return 0;
+  Eigen::EigenSolver<Matrix<double>> es(X, /*computeEigenvectors=*/false);
+  double r = 0;
+  for (Index i = 0; i < es.eigenvalues().size(); ++i)
+    r = std::max(r, std::abs(es.eigenvalues()(i).real()));
+  // A defective eigenvalue is found only to ~ε^(1/m): treat tiny real parts as zero only
+  // when the generator is normal (then the eigenvalues are well conditioned).
+  return r;
+}
+/// 0 if X is normal (diagonalisable, no polynomial growth), else a conservative dim − 1.
+inline int generic_degree(const Matrix<double>& X) {
+  if (X.size() == 0) return 0;
+  const double n = X.norm();
+  const double c = (X * X.transpose() - X.transpose() * X).norm();
+  return c <= 1e-12 * n * n ? 0 : int(X.rows()) - 1;
+}
+
+inline double clamp_magnitude(double g) {
+  return g < std::numeric_limits<double>::max() ? g : std::numeric_limits<double>::max();
+}
+
+// ---- Coders -------------------------------------------------------------------------------
+// A coder evaluates an encoding's A(δ) as tables and applies them to rows of the arithmetic
+// type C. Interface:
+//   int dim() const; double rate() const; int degree() const; bool identity() const;
+//   int rel_size() const;   doubles per row of a relative table
+//   int coef_size() const;  C values per row of a coefficient table
+//   void relative(const double* delta, Index n, double* rel, Index ld) const;
+//       rows r < n of `rel` (stride ld) describe A(delta[r]) (magnitude and shape kept apart,
+//       so that composing a huge and a tiny factor never forms inf · 0)
+//   void compose(const double* x, const double* rel, Index ldr, Index n, C* coef, Index ldc,
+//                bool transpose) const;
+//       coef row r = A(Dx) A(δ_r), x one row of relative() for Dx (x == nullptr: A(δ_r)),
+//       laid out for applying A (transpose = false, keys) or A^T (true, queries)
+//   void apply(const C* coef, const C* src, C* dst, bool transpose, C* scratch) const;
+//       dst <- A src or A^T src over the coder's dim() coordinates, with the same transpose
+//       flag as compose; dst == src is allowed (scratch: 2 dim() values)
+//   bool signature(std::vector<double>& sig) const;  appends every parameter the tables depend
+//       on (false: the coder cannot be identified, its tables are never reused across calls)
+//   void apply_factor(...) const;  same, for a second factor of an already encoded vector
+//       (differs from apply() only for BasisChange, whose P^T / P^{-1} is applied once)
+
+template <class C, class E, class = void>
+struct coder_for;
+template <class C, class E>
+using coder_t = typename coder_for<C, E>::type;
+
+/// Bank<RotationBlock> with double parameters: per block (cos, sin) of ω δ (exact angle
+/// reduction) and, unless every a = 0, the magnitude e^{a δ}.
+template <class C>
+class RotationBankCoder {
+ public:
+  template <class S>
+  explicit RotationBankCoder(const Bank<RotationBlock<S>>& bank)
+      : nb_(bank.size()), interleaved_(bank.layout() == Layout::Interleaved) {
+    const auto& p = bank.params();
+    w_hi_.resize(std::size_t(nb_));
+    w_lo_.resize(std::size_t(nb_));
+    a_.resize(std::size_t(nb_));
+    for (int b = 0; b < nb_; ++b) {
+      w_hi_[std::size_t(b)] = double(p(b, 0));
+      w_lo_[std::size_t(b)] = double(p(b, 1));
+      a_[std::size_t(b)] = double(p(b, 2));
+      rate_ = std::max(rate_, std::abs(a_[std::size_t(b)]));
+    }
+    pure_ = rate_ == 0;
+  }
+  int dim() const { return 2 * nb_; }
+  double rate() const { return rate_; }
+  int degree() const { return 0; }
+  bool identity() const { return nb_ == 0; }
+  int rel_size() const { return (pure_ ? 2 : 3) * nb_; }  // [cos | sin | magnitude]
+  // Interleaved: complex z_b = (c_b, w_b), w = ∓s, so that the pair (x0 + i x1) becomes
+  // (x0 + i x1) z_b (Eigen's vectorised complex product); half-split: [c | ±s]. dim() values.
+  int coef_size() const { return 2 * nb_; }
+  bool signature(std::vector<double>& sig) const {
+    sig.push_back(1);  // coder kind
+    sig.push_back(nb_);
+    sig.push_back(interleaved_);
+    sig.insert(sig.end(), w_hi_.begin(), w_hi_.end());
+    sig.insert(sig.end(), w_lo_.begin(), w_lo_.end());
+    sig.insert(sig.end(), a_.begin(), a_.end());
+    return true;
+  }
+
+  void relative(const double* delta, Index n, double* rel, Index ld) const {
+    // Evenly spaced deltas (every regular tile): exact rows every kExact rows, the rows in
+    // between by the angle-addition recurrence A(δ + σ) = A(δ) A(σ) in double (error ≤ kExact
+    // ulps of double, far below the arithmetic type's rounding): a 16x cheaper table.
+    constexpr Index kExact = 16;
+    bool even = n > 2;
+    const double step = n > 1 ? delta[1] - delta[0] : 0.0;
+    for (Index r = 2; even && r < n; ++r) even = delta[r] == delta[0] + double(r) * step;
+    if (!even) {
+      for (Index r = 0; r < n; ++r) exact_row(delta[r], rel + r * ld);
+      return;
+    }
+    std::vector<double> st(std::size_t(3 * nb_));
+    exact_row(step, st.data());
+    const double* PEAL_RESTRICT sc = st.data();
+    const double* PEAL_RESTRICT ss = sc + nb_;
+    const double* PEAL_RESTRICT sg = ss + nb_;
+    for (Index r = 0; r < n; ++r) {
+      double* PEAL_RESTRICT c = rel + r * ld;
+      if (r % kExact == 0) {
+        exact_row(delta[r], c);
+        continue;
+      }
+      const double* PEAL_RESTRICT pc = c - ld;
+      const double* PEAL_RESTRICT ps = pc + nb_;
+      double* PEAL_RESTRICT s = c + nb_;
+      for (int b = 0; b < nb_; ++b) {
+        c[b] = pc[b] * sc[b] - ps[b] * ss[b];
+        s[b] = pc[b] * ss[b] + ps[b] * sc[b];
+      }
+      if (!pure_) {
+        const double* PEAL_RESTRICT pg = ps + nb_;
+        double* PEAL_RESTRICT g = s + nb_;
+        for (int b = 0; b < nb_; ++b)
+          g[b] = std::min(pg[b] * sg[b], std::numeric_limits<double>::max());
+      }
+    }
+  }
+  // One row of A(δ): cos, sin of ω δ (exact reduction) and e^{a δ}.
+  void exact_row(double delta, double* row) const {
+    double* c = row;
+    double* s = c + nb_;
+    angles_sincos(w_hi_.data(), w_lo_.data(), delta, nb_, s, c);
+    if (!pure_) {  // e^{a δ} (Eigen's vectorized exp), +inf clamped to DBL_MAX
+      Eigen::Map<Eigen::ArrayXd> g(s + nb_, nb_);
+      g = (Eigen::Map<const Eigen::ArrayXd>(a_.data(), nb_) * delta)
+              .exp()
+              .min(std::numeric_limits<double>::max());
+    }
+  }
+
+  void compose(const double* x, const double* rel, Index ldr, Index n, C* coef, Index ldc,
+               bool transpose) const {
+    // A = g [[c, s], [−s, c]] acts as y0 = c x0 + s x1, y1 = c x1 − s x0; A^T flips s.
+    // A(D)A(δ): angles add like c − i s, magnitudes multiply. Chunks of kChunk blocks keep
+    // every loop branch free and unit stride, so that they vectorize.
+    constexpr int kChunk = 64;
+    const double sgn = transpose ? -1.0 : 1.0;
+    const int nb = nb_;
+    double tc[kChunk], ts[kChunk];
+    for (Index r = 0; r < n; ++r) {
+      C* PEAL_RESTRICT o = coef + r * ldc;
+      for (int b0 = 0; b0 < nb; b0 += kChunk) {
+        const int m = std::min(kChunk, nb - b0);
+        const double* PEAL_RESTRICT c = rel + r * ldr + b0;
+        const double* PEAL_RESTRICT s = c + nb;
+        const double* PEAL_RESTRICT g = s + nb;
+        if (x != nullptr) {
+          const double* PEAL_RESTRICT xc = x + b0;
+          const double* PEAL_RESTRICT xs = xc + nb;
+          for (int b = 0; b < m; ++b) {
+            tc[b] = xc[b] * c[b] - xs[b] * s[b];
+            ts[b] = sgn * (xc[b] * s[b] + xs[b] * c[b]);
+          }
+          if (!pure_) {
+            const double* PEAL_RESTRICT xg = xs + nb;
+            constexpr double big = std::numeric_limits<double>::max();
+            for (int b = 0; b < m; ++b) {
+              const double mg = std::min(xg[b] * g[b], big);
+              tc[b] *= mg;
+              ts[b] *= mg;
+            }
+          }
+        } else if (!pure_) {
+          for (int b = 0; b < m; ++b) tc[b] = g[b] * c[b], ts[b] = sgn * g[b] * s[b];
+        } else {
+          for (int b = 0; b < m; ++b) tc[b] = c[b], ts[b] = sgn * s[b];
+        }
+        if (interleaved_) {  // y0 = c x0 + s x1, y1 = c x1 − s x0: z = (c, −s)
+          C* PEAL_RESTRICT z = o + 2 * b0;
+          for (int b = 0; b < m; ++b) {
+            z[2 * b] = C(tc[b]);
+            z[2 * b + 1] = C(-ts[b]);
+          }
+        } else {
+          C* PEAL_RESTRICT cc = o + b0;
+          C* PEAL_RESTRICT ss = o + nb + b0;
+          for (int b = 0; b < m; ++b) cc[b] = C(tc[b]), ss[b] = C(ts[b]);
+        }
+      }
+    }
+  }
+  void apply(const C* coef, const C* src, C* dst, bool /*transpose: in coef*/,
+             C* /*scratch*/) const {
+    const int nb = nb_;
+    if (interleaved_) {
+      using Z = Eigen::Array<std::complex<C>, Eigen::Dynamic, 1>;
+      Eigen::Map<const Z> z(reinterpret_cast<const std::complex<C>*>(coef), nb);
+      Eigen::Map<const Z> x(reinterpret_cast<const std::complex<C>*>(src), nb);
+      Eigen::Map<Z>(reinterpret_cast<std::complex<C>*>(dst), nb) = x * z;
+    } else {
+      const C* PEAL_RESTRICT c = coef;
+      const C* PEAL_RESTRICT s = coef + nb;
+      if (src == dst) {
+        C* PEAL_RESTRICT lo = dst;
+        C* PEAL_RESTRICT hi = dst + nb;
+        for (int b = 0; b < nb; ++b) {
+          const C x0 = lo[b], x1 = hi[b];
+          lo[b] = c[b] * x0 + s[b] * x1;
+          hi[b] = c[b] * x1 - s[b] * x0;
+        }
+      } else {
+        const C* PEAL_RESTRICT xlo = src;
+        const C* PEAL_RESTRICT xhi = src + nb;
+        C* PEAL_RESTRICT lo = dst;
+        C* PEAL_RESTRICT hi = dst + nb;
+        for (int b = 0; b < nb; ++b) {
+          const C x0 = xlo[b], x1 = xhi[b];
+          lo[b] = c[b] * x0 + s[b] * x1;
+          hi[b] = c[b] * x1 - s[b] * x0;
+        }
+      }
+    }
+  }
+
+  void apply_factor(const C* coef, const C* src, C* dst, bool t, C* scratch) const {
+    apply(coef, src, dst, t, scratch);
+  }
+
+ private:
+  int nb_;
+  bool interleaved_;
+  bool pure_ = true;
+  double rate_ = 0;
+  std::vector<double> w_hi_, w_lo_, a_;
+};
+
+// (magnitude g, shape P) of A(δ) = g P for the fixed-size blocks; P is Dim x Dim row-major.
+template <class S>
+void block_factors(const RealBlock<S>& b, double d, double& g, double* P) {
+  g = std::exp(double(b.lambda()) * d);
+  P[0] = 1;
+}
+inline void poly_row(double d, int m, double* p) {  // p[j] = d^j / j!
+  p[0] = 1;
+  for (int j = 1; j < m; ++j) p[j] = p[j - 1] * d / double(j);
+}
+template <int M, class S>
+void block_factors(const JordanBlock<M, S>& b, double d, double& g, double* P) {
+  g = std::exp(double(b.lambda()) * d);
+  double p[M];
+  poly_row(d, M, p);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < M; ++j) P[i * M + j] = j >= i ? p[j - i] : 0.0;
+}
+template <class S>
+void block_factors(const RotationBlock<S>& b, double d, double& g, double* P) {
+  const auto pr = b.params();
+  const double wh = double(pr[0]), wl = double(pr[1]);
+  double s, c;
+  angles_sincos(&wh, &wl, d, 1, &s, &c);
+  g = std::exp(double(b.a()) * d);
+  P[0] = c, P[1] = s, P[2] = -s, P[3] = c;
+}
+template <int M, class S>
+void block_factors(const RotationJordanBlock<M, S>& b, double d, double& g, double* P) {
+  const auto pr = b.params();
+  const double wh = double(pr[0]), wl = double(pr[1]);
+  double s, c;
+  angles_sincos(&wh, &wl, d, 1, &s, &c);
+  g = std::exp(double(b.a()) * d);
+  double p[M];
+  poly_row(d, M, p);
+  constexpr int D = 2 * M;
+  for (int i = 0; i < D * D; ++i) P[i] = 0;
+  for (int i = 0; i < M; ++i)
+    for (int j = i; j < M; ++j) {
+      const double f = p[j - i];
+      P[(2 * i) * D + 2 * j] = f * c;
+      P[(2 * i) * D + 2 * j + 1] = f * s;
+      P[(2 * i + 1) * D + 2 * j] = -f * s;
+      P[(2 * i + 1) * D + 2 * j + 1] = f * c;
+    }
+}
+template <class B>
+void block_factors(const B& b, double d, double& g, double* P) {  // any other fixed block
+  const auto a = b.A(typename B::Real(d));
+  g = 1;
+  for (int i = 0; i < B::Dim; ++i)
+    for (int j = 0; j < B::Dim; ++j) P[i * B::Dim + j] = double(a(i, j));
+}
+
+template <class S>
+double block_rate(const RealBlock<S>& b) {
+  return std::abs(double(b.lambda()));
+}
+template <int M, class S>
+double block_rate(const JordanBlock<M, S>& b) {
+  return std::abs(double(b.lambda()));
+}
+template <class S>
+double block_rate(const RotationBlock<S>& b) {
+  return std::abs(double(b.a()));
+}
+template <int M, class S>
+double block_rate(const RotationJordanBlock<M, S>& b) {
+  return std::abs(double(b.a()));
+}
+template <class B>
+double block_rate(const B& b) {
+  return generic_rate(Matrix<double>(b.generator().template cast<double>()));
+}
+
+template <class S>
+int block_degree(const RealBlock<S>&) {
+  return 0;
+}
+template <int M, class S>
+int block_degree(const JordanBlock<M, S>&) {
+  return M - 1;
+}
+template <class S>
+int block_degree(const RotationBlock<S>&) {
+  return 0;
+}
+template <int M, class S>
+int block_degree(const RotationJordanBlock<M, S>&) {
+  return M - 1;
+}
+template <class B>
+int block_degree(const B& b) {
+  return generic_degree(Matrix<double>(b.generator().template cast<double>()));
+}
+
+/// peal's own fixed-size blocks, whose params() determine A(δ) (ids for table signatures).
+template <class B>
+struct is_known_block : std::false_type {};
+template <class S>
+struct is_known_block<RealBlock<S>> : std::true_type {
+  static constexpr int id = 1;
+};
+template <class S>
+struct is_known_block<RotationBlock<S>> : std::true_type {
+  static constexpr int id = 2;
+};
+template <int M, class S>
+struct is_known_block<JordanBlock<M, S>> : std::true_type {
+  static constexpr int id = 3;
+};
+template <int M, class S>
+struct is_known_block<RotationJordanBlock<M, S>> : std::true_type {
+  static constexpr int id = 4;
+};
+
+/// Blocks of one fixed size M (a single block, or a Bank of any block type): per block the
+/// magnitude and the M x M shape of A(δ); composition multiplies shapes in double.
+template <class C, class Block>
+class FixedBlocksCoder {
+  static constexpr int M = Block::Dim;
+  static constexpr int MM = M * M;
+
+ public:
+  explicit FixedBlocksCoder(const Block& b) : blocks_{b}, layout_(Layout::Interleaved) { init(); }
+  explicit FixedBlocksCoder(const Bank<Block>& bank) : layout_(bank.layout()) {
+    for (int i = 0; i < bank.size(); ++i) blocks_.push_back(bank.block(i));
+    init();
+  }
+  int dim() const { return nb_ * M; }
+  double rate() const { return rate_; }
+  int degree() const { return degree_; }
+  bool identity() const { return nb_ == 0; }
+  int rel_size() const { return nb_ * (1 + MM); }
+  int coef_size() const { return nb_ * MM; }
+  bool signature(std::vector<double>& sig) const {
+    if constexpr (!is_known_block<Block>::value) {
+      (void)sig;
+      return false;
+    } else {
+      sig.push_back(2);
+      sig.push_back(M);
+      sig.push_back(nb_);
+      sig.push_back(double(layout_ == Layout::Interleaved));
+      sig.push_back(double(is_known_block<Block>::id));
+      for (const auto& b : blocks_)
+        for (auto p : b.params()) sig.push_back(double(p));
+      return true;
+    }
+  }
+
+  void relative(const double* delta, Index n, double* rel, Index ld) const {
+    for (Index r = 0; r < n; ++r)
+      for (int b = 0; b < nb_; ++b) {
+        double* o = rel + r * ld + b * (1 + MM);
+        block_factors(blocks_[std::size_t(b)], delta[r], o[0], o + 1);
+        o[0] = clamp_magnitude(o[0]);
+      }
+  }
+  void compose(const double* x, const double* rel, Index ldr, Index n, C* coef, Index ldc,
+               bool /*transpose: in apply*/) const {
+    for (Index r = 0; r < n; ++r)
+      for (int b = 0; b < nb_; ++b) {
+        const double* R = rel + r * ldr + b * (1 + MM);
+        C* o = coef + r * ldc + b * MM;
+        if (x == nullptr) {
+          for (int e = 0; e < MM; ++e) o[e] = C(R[0] * R[1 + e]);
+        } else {
+          const double* X = x + b * (1 + MM);
+          const double g = std::min(X[0] * R[0], std::numeric_limits<double>::max());
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < M; ++j) {
+              double acc = 0;
+              for (int l = 0; l < M; ++l) acc += X[1 + i * M + l] * R[1 + l * M + j];
+              o[i * M + j] = C(g * acc);
+            }
+        }
+      }
+  }
+  void apply(const C* coef, const C* src, C* dst, bool transpose, C* /*scratch*/) const {
+    for (int b = 0; b < nb_; ++b) {
+      const C* a = coef + b * MM;
+      C x[M], y[M];
+      for (int c = 0; c < M; ++c) x[c] = src[coordinate(layout_, nb_, M, b, c)];
+      for (int i = 0; i < M; ++i) {
+        C acc = 0;
+        if (transpose)
+          for (int l = 0; l < M; ++l) acc += a[l * M + i] * x[l];
+        else
+          for (int l = 0; l < M; ++l) acc += a[i * M + l] * x[l];
+        y[i] = acc;
+      }
+      for (int c = 0; c < M; ++c) dst[coordinate(layout_, nb_, M, b, c)] = y[c];
+    }
+  }
+
+  void apply_factor(const C* coef, const C* src, C* dst, bool t, C* scratch) const {
+    apply(coef, src, dst, t, scratch);
+  }
+
+ private:
+  void init() {
+    nb_ = int(blocks_.size());
+    for (const auto& b : blocks_) {
+      rate_ = std::max(rate_, block_rate(b));
+      degree_ = std::max(degree_, block_degree(b));
+    }
+  }
+  std::vector<Block> blocks_;
+  Layout layout_;
+  int nb_ = 0;
+  double rate_ = 0;
+  int degree_ = 0;
+};
+
+/// PassThrough: the identity.
+template <class C>
+class PassThroughCoder {
+ public:
+  template <class S>
+  explicit PassThroughCoder(const PassThrough<S>& p) : n_(p.dim()) {}
+  int dim() const { return n_; }
+  double rate() const { return 0; }
+  int degree() const { return 0; }
+  bool identity() const { return true; }
+  int rel_size() const { return 0; }
+  int coef_size() const { return 0; }
+  bool signature(std::vector<double>& sig) const {
+    sig.push_back(3);
+    sig.push_back(n_);
+    return true;
+  }
+  void relative(const double*, Index, double*, Index) const {}
+  void compose(const double*, const double*, Index, Index, C*, Index, bool) const {}
+  void apply(const C*, const C* src, C* dst, bool, C*) const {
+    if (src != dst && n_ > 0) std::memcpy(dst, src, sizeof(C) * std::size_t(n_));
+  }
+  void apply_factor(const C* c, const C* src, C* dst, bool t, C* scratch) const {
+    apply(c, src, dst, t, scratch);
+  }
+
+ private:
+  int n_;
+};
+
+/// BlockDiagonal: each part's coder on its coordinates and on its columns of the tables.
+template <class C, class... Parts>
+class BlockDiagonalCoder {
+  static constexpr std::size_t N = sizeof...(Parts);
+
+ public:
+  explicit BlockDiagonalCoder(const BlockDiagonal<Parts...>& bd)
+      : BlockDiagonalCoder(bd, std::make_index_sequence<N>{}) {}
+  int dim() const { return dim_; }
+  double rate() const {
+    return std::apply([](const auto&... c) { return std::max({0.0, c.rate()...}); }, cs_);
+  }
+  int degree() const {
+    return std::apply([](const auto&... c) { return std::max({0, c.degree()...}); }, cs_);
+  }
+  bool identity() const {
+    return std::apply([](const auto&... c) { return (true && ... && c.identity()); }, cs_);
+  }
+  int rel_size() const { return rel_off_[N]; }
+  int coef_size() const { return coef_off_[N]; }
+  bool signature(std::vector<double>& sig) const {
+    sig.push_back(4);
+    sig.push_back(double(N));
+    return std::apply([&](const auto&... c) { return (true && ... && c.signature(sig)); }, cs_);
+  }
+  void relative(const double* delta, Index n, double* rel, Index ld) const {
+    each([&](const auto& c, std::size_t i) { c.relative(delta, n, rel + rel_off_[i], ld); });
+  }
+  void compose(const double* x, const double* rel, Index ldr, Index n, C* coef, Index ldc,
+               bool transpose) const {
+    each([&](const auto& c, std::size_t i) {
+      c.compose(x ? x + rel_off_[i] : nullptr, rel + rel_off_[i], ldr, n, coef + coef_off_[i], ldc,
+                transpose);
+    });
+  }
+  void apply(const C* coef, const C* src, C* dst, bool transpose, C* scratch) const {
+    each([&](const auto& c, std::size_t i) {
+      c.apply(coef + coef_off_[i], src + off_[i], dst + off_[i], transpose, scratch);
+    });
+  }
+  void apply_factor(const C* coef, const C* src, C* dst, bool transpose, C* scratch) const {
+    each([&](const auto& c, std::size_t i) {
+      c.apply_factor(coef + coef_off_[i], src + off_[i], dst + off_[i], transpose, scratch);
+    });
+  }
+
+ private:
+  template <std::size_t... I>
+  BlockDiagonalCoder(const BlockDiagonal<Parts...>& bd, std::index_sequence<I...>)
+      : cs_(coder_t<C, Parts>(bd.template part<I>())...),
+        off_{{bd.template offset<I>()...}},
+        dim_(bd.dim()) {
+    rel_off_[0] = coef_off_[0] = 0;
+    std::size_t i = 0;
+    std::apply(
+        [&](const auto&... c) {
+          ((rel_off_[i + 1] = rel_off_[i] + c.rel_size(),
+            coef_off_[i + 1] = coef_off_[i] + c.coef_size(), ++i),
+           ...);
+        },
+        cs_);
+  }
+  template <class Fn>
+  void each(Fn&& fn) const {
+    each_impl(fn, std::make_index_sequence<N>{});
+  }
+  template <class Fn, std::size_t... I>
+  void each_impl(Fn& fn, std::index_sequence<I...>) const {
+    (fn(std::get<I>(cs_), I), ...);
+  }
+
+  std::tuple<coder_t<C, Parts>...> cs_;
+  std::array<int, N> off_;
+  std::array<int, N + 1> rel_off_{}, coef_off_{};
+  int dim_;
+};
+
+/// BasisChange<E>: q -> P^T q, k -> P^{-1} k (O(d²) per row), then E's coder.
+template <class C, class E>
+class BasisChangeCoder {
+ public:
+  explicit BasisChangeCoder(const BasisChange<E>& b)
+      : inner_(b.inner()),
+        pt_(b.P().transpose().template cast<C>()),
+        pinv_(b.P_inverse().template cast<C>()) {}
+  int dim() const { return inner_.dim(); }
+  double rate() const { return inner_.rate(); }
+  int degree() const { return inner_.degree(); }
+  bool identity() const { return false; }
+  int rel_size() const { return inner_.rel_size(); }
+  int coef_size() const { return inner_.coef_size(); }
+  bool signature(std::vector<double>& sig) const { return inner_.signature(sig); }
+  void relative(const double* delta, Index n, double* rel, Index ld) const {
+    inner_.relative(delta, n, rel, ld);
+  }
+  void compose(const double* x, const double* rel, Index ldr, Index n, C* coef, Index ldc,
+               bool transpose) const {
+    inner_.compose(x, rel, ldr, n, coef, ldc, transpose);
+  }
+  void apply(const C* coef, const C* src, C* dst, bool transpose, C* scratch) const {
+    const Index d = pt_.rows();
+    Eigen::Map<const Vector<C>> xm(src, d);
+    Eigen::Map<Vector<C>> tm(scratch, d);
+    if (transpose)
+      tm.noalias() = pt_ * xm;
+    else
+      tm.noalias() = pinv_ * xm;
+    inner_.apply(coef, scratch, dst, transpose, scratch + d);
+  }
+  void apply_factor(const C* coef, const C* src, C* dst, bool transpose, C* scratch) const {
+    inner_.apply_factor(coef, src, dst, transpose, scratch);
+  }
+
+ private:
+  coder_t<C, E> inner_;
+  Matrix<C> pt_, pinv_;
+};
+
+template <class E, class C, class = void>
+struct has_apply_on : std::false_type {};
+template <class E, class C>
+struct has_apply_on<
+    E, C,
+    std::void_t<decltype(std::declval<const E&>().apply(
+        std::declval<Eigen::Map<Vector<C>>&>(), std::declval<real_t<typename E::Scalar>>(), true))>>
+    : std::true_type {};
+
+/// Any other encoding with apply(v, tau, transpose): the table holds δ itself and every row
+/// calls the encoding's apply (correct for every encoding, not fast).
+template <class C, class E>
+class FallbackCoder {
+  static_assert(has_apply_on<E, C>::value,
+                "peal::scores: the encoding needs apply(v, tau, transpose) on an Eigen vector");
+  static constexpr int slots = int((sizeof(double) + sizeof(C) - 1) / sizeof(C));
+
+ public:
+  explicit FallbackCoder(const E& e) : e_(&e), dim_(int(e.dim())) {
+    const Matrix<double> X = Matrix<typename E::Scalar>(e.generator()).template cast<double>();
+    rate_ = generic_rate(X);
+    degree_ = generic_degree(X);
+  }
+  int dim() const { return dim_; }
+  double rate() const { return rate_; }
+  int degree() const { return degree_; }
+  bool identity() const { return dim_ == 0; }
+  int rel_size() const { return 1; }
+  int coef_size() const { return slots; }
+  bool signature(std::vector<double>&) const { return false; }
+  void relative(const double* delta, Index n, double* rel, Index ld) const {
+    for (Index r = 0; r < n; ++r) rel[r * ld] = delta[r];
+  }
+  void compose(const double* x, const double* rel, Index ldr, Index n, C* coef, Index ldc,
+               bool /*transpose*/) const {
+    for (Index r = 0; r < n; ++r) {
+      const double d = (x ? x[0] : 0.0) + rel[r * ldr];
+      std::memcpy(coef + r * ldc, &d, sizeof(double));
+    }
+  }
+  void apply(const C* coef, const C* src, C* dst, bool transpose, C* /*scratch*/) const {
+    double d;
+    std::memcpy(&d, coef, sizeof(double));
+    if (src != dst) std::memcpy(dst, src, sizeof(C) * std::size_t(dim_));
+    Eigen::Map<Vector<C>> vm(dst, dim_);
+    e_->apply(vm, real_t<typename E::Scalar>(d), transpose);
+  }
+
+  void apply_factor(const C* coef, const C* src, C* dst, bool t, C* scratch) const {
+    apply(coef, src, dst, t, scratch);
+  }
+
+ private:
+  const E* e_;
+  int dim_;
+  double rate_ = 0;
+  int degree_ = 0;
+};
+
+template <class B>
+struct is_fast_rotation : std::false_type {};
+template <class S>
+struct is_fast_rotation<RotationBlock<S>> : std::is_same<real_t<S>, double> {};
+
+template <class C, class E, class>
+struct coder_for {
+  using type = FallbackCoder<C, E>;
+};
+template <class C, class S>
+struct coder_for<C, Bank<RotationBlock<S>>,
+                 std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
+  using type = RotationBankCoder<C>;
+};
+template <class C, class B>
+struct coder_for<C, Bank<B>, std::enable_if_t<!is_fast_rotation<B>::value>> {
+  using type = FixedBlocksCoder<C, B>;
+};
+template <class C, class S>
+struct coder_for<C, RealBlock<S>> {
+  using type = FixedBlocksCoder<C, RealBlock<S>>;
+};
+template <class C, class S>
+struct coder_for<C, RotationBlock<S>> {
+  using type = FixedBlocksCoder<C, RotationBlock<S>>;
+};
+template <class C, int M, class S>
+struct coder_for<C, JordanBlock<M, S>> {
+  using type = FixedBlocksCoder<C, JordanBlock<M, S>>;
+};
+template <class C, int M, class S>
+struct coder_for<C, RotationJordanBlock<M, S>> {
+  using type = FixedBlocksCoder<C, RotationJordanBlock<M, S>>;
+};
+template <class C, class S>
+struct coder_for<C, PassThrough<S>> {
+  using type = PassThroughCoder<C>;
+};
+template <class C, class... Parts>
+struct coder_for<C, BlockDiagonal<Parts...>> {
+  using type = BlockDiagonalCoder<C, Parts...>;
+};
+template <class C, class E>
+struct coder_for<C, BasisChange<E>> {
+  using type = BasisChangeCoder<C, E>;
+};
+
+// ---- Per-thread arena ----------------------------------------------------------------------
+/// A pointer into the arena (what the workspace hands out instead of std::vector).
+template <class T>
+struct Buf {
+  T* p = nullptr;
+  T* data() const { return p; }
+  T& operator[](std::size_t i) const { return p[i]; }
+};
+
+/// Uninitialised, 64-byte aligned scratch memory owned by the calling thread and kept between
+/// calls (its size is bounded by the tile sizes: it never grows with the sequence length).
+class Arena {
+ public:
+  void reset() { need_ = 0; }
+  void begin(int pass) {
+    pass_ = pass;
+    off_ = 0;
+    if (pass == 1 && need_ > cap_) {
+      mem_.reset(new unsigned char[need_ + 64]);
+      cap_ = need_;
+    }
+  }
+  template <class T>
+  Buf<T> take(Index n) {
+    const std::size_t bytes =
+        (std::size_t(std::max<Index>(n, 0)) * sizeof(T) + 63) & ~std::size_t(63);
+    Buf<T> b;
+    if (pass_ == 1) {
+      auto base = reinterpret_cast<std::uintptr_t>(mem_.get());
+      base = (base + 63) & ~std::uintptr_t(63);
+      b.p = reinterpret_cast<T*>(base + off_);
+    }
+    off_ += bytes;
+    if (pass_ == 0) need_ = off_;
+    return b;
+  }
+
+ private:
+  std::unique_ptr<unsigned char[]> mem_;
+  std::size_t cap_ = 0, need_ = 0, off_ = 0;
+  int pass_ = 0;
+};
+
+/// Working memory of a thread inside a call.
+inline Arena& thread_arena() {
+  thread_local Arena arena;
+  return arena;
+}
+
+/// The shared coefficient tables of the last call on this thread, with what identifies them:
+/// repeated calls with the same encoding and tile offsets (every layer, every decoding step)
+/// reuse them instead of recomputing sin/cos. Bounded by the tile sizes.
+template <class C>
+struct TableCache {
+  std::vector<double> key;
+  std::vector<C> kcoef, qcoef;
+};
+template <class C>
+TableCache<C>& table_cache() {
+  thread_local TableCache<C> cache;
+  return cache;
+}
+
+// ---- Tile plan ----------------------------------------------------------------------------
+/// Consecutive tiles of at most max_rows tokens whose positions stay within h of the tile's
+/// anchor. When positions are evenly spaced every tile is "regular": its offsets from its
+/// anchor are those of the reference tile, so one relative table serves all of them.
+struct TilePlan {
+  std::vector<Index> begin;  // tile I is [begin[I], begin[I+1])
+  std::vector<double> anchor, lo, hi;
+  std::vector<char> regular;
+  std::vector<double> ref_delta;  // t - anchor for the rows of the reference tile
+  Index max_rows = 0;
+  Index size() const { return Index(anchor.size()); }
+  Index rows(Index I) const { return begin[std::size_t(I) + 1] - begin[std::size_t(I)]; }
+};
+
+inline TilePlan plan_tiles(const double* t, Index n, Index max_rows, double h) {
+  TilePlan p;
+  Index i = 0;
+  p.begin.push_back(0);
+  while (i < n) {
+    const Index b = i;
+    double lo = t[i], hi = t[i];
+    ++i;
+    while (i < n && i - b < max_rows) {
+      const double nlo = std::min(lo, t[i]), nhi = std::max(hi, t[i]);
+      if (!(nhi - nlo <= 2 * h)) break;
+      lo = nlo, hi = nhi;
+      ++i;
+    }
+    p.begin.push_back(i);
+    p.anchor.push_back(lo + 0.5 * (hi - lo));
+    p.lo.push_back(lo);
+    p.hi.push_back(hi);
+  }
+  const Index nt = p.size();
+  p.regular.assign(std::size_t(nt), 0);
+  if (nt == 0) return p;
+  Index ref = 0;
+  for (Index I = 0; I < nt; ++I) {
+    p.max_rows = std::max(p.max_rows, p.rows(I));
+    if (p.rows(I) > p.rows(ref)) ref = I;
+  }
+  const Index rb = p.begin[std::size_t(ref)], rn = p.rows(ref);
+  p.ref_delta.resize(std::size_t(rn));
+  for (Index r = 0; r < rn; ++r)
+    p.ref_delta[std::size_t(r)] = t[rb + r] - p.anchor[std::size_t(ref)];
+  p.regular[std::size_t(ref)] = 1;
+  for (Index I = 0; I < nt; ++I) {
+    if (I == ref || p.rows(I) > rn) continue;
+    const Index b = p.begin[std::size_t(I)];
+    const double a = t[b] - p.ref_delta[0];
+    bool ok = std::isfinite(a);
+    for (Index r = 0; ok && r < p.rows(I); ++r) ok = (t[b + r] - a) == p.ref_delta[std::size_t(r)];
+    if (ok) {
+      p.regular[std::size_t(I)] = 1;
+      p.anchor[std::size_t(I)] = a;
+    }
+  }
+  return p;
+}
+
+// ---- GEMM: res (m x n, order ResOrder, leading dimension ldr) += alpha A B^T, with A m x k
+// and B n x k, both row-major. Eigen's own blocked kernel, called without its OpenMP layer
+// (our threads already split the work; Eigen's nested parallel regions would oversubscribe).
+template <class C, int ResOrder>
+inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb,
+                     C* res, Index ldr, C alpha, Eigen::internal::level3_blocking<C, C>& blocking) {
+  Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
+                                                 Eigen::ColMajor, false, ResOrder, 1>::run(m, n, k,
+                                                                                           a, lda,
+                                                                                           b, ldb,
+                                                                                           res, 1,
+                                                                                           ldr,
+                                                                                           alpha,
+                                                                                           blocking,
+                                                                                           nullptr);
+}
+
+// ---- The driver ---------------------------------------------------------------------------
+template <class C, class E, class Tq, class Tk, class Out>
+class ScoresRun {
+  using K = coder_t<C, E>;
+  using TQ = std::remove_cv_t<Tq>;
+  using TK = std::remove_cv_t<Tk>;
+  static constexpr Index kBlockBytes = Index(256) << 10;  // per-unit query cache budget
+  static constexpr double kParallelMinFlops = 1 << 23;    // ~0.1 ms of GEMM per thread
+
+ public:
+  ScoresRun(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
+            const Positions& tk, const TensorView<Out>& out, const ScoreOptions& opt)
+      : coder_(enc), q_(q), k_(k), out_(out), opt_(opt) {
+    d_ = q.dim();
+    Hq_ = q.heads();
+    Hk_ = k.heads();
+    G_ = Hq_ / Hk_;
+    nq_ = q.tokens();
+    nk_ = k.tokens();
+    t_.resize(std::size_t(nq_));
+    s_.resize(std::size_t(nk_));
+    for (Index i = 0; i < nq_; ++i) t_[std::size_t(i)] = tq[i];
+    for (Index j = 0; j < nk_; ++j) s_[std::size_t(j)] = tk[j];
+
+    has_decay_ = !opt.decay.empty();
+    lam_.assign(std::size_t(Hq_), 0.0);
+    double decay_rate = 0;
+    if (has_decay_)
+      for (Index h = 0; h < Hq_; ++h) {
+        lam_[std::size_t(h)] = std::log(opt.decay[std::size_t(h)]);
+        decay_rate = std::max(decay_rate, std::abs(lam_[std::size_t(h)]));
+      }
+    has_alibi_ = !opt.alibi_slopes.empty();
+    identity_ = coder_.identity();
+    pure_ = coder_.rate() == 0 && coder_.degree() == 0 && decay_rate == 0;
+    mode_ = pure_ ? Mode::pure : Mode::two_step;
+
+    const double rate = coder_.rate() + decay_rate;
+    const int deg = coder_.degree();
+    const double h = pure_ ? std::numeric_limits<double>::infinity()
+                           : max_half_spread(rate, deg, rebase_limits<C>::exp_budget,
+                                             rebase_limits<C>::poly_budget);
+    // Default tiles: 256 queries x 512 keys (fewer, larger GEMM calls amortise Eigen's
+    // packing), fewer for large d so that an encoded key tile stays within 256 KiB.
+    const Index cb = Index(sizeof(C)) * std::max<Index>(d_, 1);
+    const Index tq_max =
+        opt.query_tile > 0 ? opt.query_tile : std::clamp<Index>((Index(128) << 10) / cb, 16, 256);
+    const Index tk_max =
+        opt.key_tile > 0 ? opt.key_tile : std::clamp<Index>((Index(256) << 10) / cb, 32, 512);
+    qp_ = plan_tiles(t_.data(), nq_, tq_max, h);
+    kp_ = plan_tiles(s_.data(), nk_, tk_max, h);
+
+    rel_ = coder_.rel_size();
+    coef_ = coder_.coef_size();
+    // Coefficients of the regular tiles relative to their own anchors (query: A(t − T)^T,
+    // key: A(S − s)), shared by every thread. Reused from the previous call on this thread
+    // when the encoding and the tile offsets are the same (the key compares every parameter
+    // and every offset exactly), else computed through relative tables of kChunkRows rows.
+    const Index nqr = Index(qp_.ref_delta.size()), nkr = Index(kp_.ref_delta.size());
+    std::vector<double> key;
+    bool cacheable = coder_.signature(key);
+    key.push_back(double(nqr));
+    key.push_back(double(nkr));
+    key.insert(key.end(), qp_.ref_delta.begin(), qp_.ref_delta.end());
+    key.insert(key.end(), kp_.ref_delta.begin(), kp_.ref_delta.end());
+    TableCache<C>& cache = table_cache<C>();
+    if (!cacheable || cache.key != key || cache.key.empty()) {
+      cache.key.clear();  // invalid while being rebuilt
+      cache.kcoef.resize(std::size_t(nkr * coef_));
+      cache.qcoef.resize(std::size_t(nqr * coef_));
+      std::vector<double> kdelta(static_cast<std::size_t>(nkr)), rel(std::size_t(kChunkRows * rel_));
+      for (Index r = 0; r < nkr; ++r) kdelta[std::size_t(r)] = -kp_.ref_delta[std::size_t(r)];
+      coefficients(kdelta.data(), nkr, cache.kcoef.data(), false, rel.data());
+      coefficients(qp_.ref_delta.data(), nqr, cache.qcoef.data(), true, rel.data());
+      if (cacheable) cache.key = std::move(key);
+    }
+    kcoef_shared_.p = cache.kcoef.data();
+    qcoef_shared_.p = cache.qcoef.data();
+
+    // Direct access: GEMM operands straight from the caller's memory when possible.
+    q_direct_ = std::is_same<TQ, C>::value && q.strides().elem == 1 && q.strides().token > 0;
+    k_direct_ = std::is_same<TK, C>::value && k.strides().elem == 1 && k.strides().token > 0;
+    const auto& os = out.strides();
+    out_rm_ = std::is_same<Out, C>::value && (os.elem == 1 || nk_ == 1) && os.head > 0;
+    out_cm_ = !out_rm_ && std::is_same<Out, C>::value && os.head == 1 && os.elem > 0;
+
+    // Units: (block of query tiles, key head).
+    int nt = 1;
+#ifdef _OPENMP
+    if (!omp_in_parallel()) nt = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+#endif
+    nt = std::max(nt, 1);
+    const Index nqt = qp_.size();
+    Index row_bytes = G_ * d_ * Index(sizeof(C)) + (has_decay_ ? G_ * 8 : 0);
+    const Index cap_tiles =
+        std::max<Index>(1, kBlockBytes / std::max<Index>(1, row_bytes) / qp_.max_rows);
+    const Index want_blocks = nt > 1 ? (4 * nt + Hk_ - 1) / Hk_ : 1;
+    tiles_per_block_ =
+        std::min(cap_tiles, std::max<Index>(1, (nqt + want_blocks - 1) / want_blocks));
+    blocks_ = (nqt + tiles_per_block_ - 1) / tiles_per_block_;
+    units_ = blocks_ * Hk_;
+    // Threads only for work worth a parallel region (~kParallelMinFlops per thread).
+    const double flops =
+        2.0 * double(Hq_) * double(nq_) * double(nk_) * double(std::max<Index>(d_, 1));
+    const Index by_work = std::max<Index>(1, Index(flops / kParallelMinFlops));
+    threads_ = int(std::min<Index>({Index(nt), units_, by_work}));
+  }
+
+  void run() {
+    if (units_ == 0) return;
+    std::exception_ptr err;
+#ifdef _OPENMP
+    if (threads_ > 1) {
+      int failed = 0;
+#pragma omp parallel num_threads(threads_)
+      {
+        std::unique_ptr<Workspace> ws;
+        try {
+          ws.reset(new Workspace(*this));
+        } catch (...) {
+#pragma omp critical(peal_scores_error)
+          {
+            if (!err) err = std::current_exception();
+          }
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (Index u = 0; u < units_; ++u) {
+          int skip;
+#pragma omp atomic read
+          skip = failed;
+          if (skip || !ws) continue;
+          try {
+            unit(u, *ws);
+          } catch (...) {
+#pragma omp critical(peal_scores_error)
+            {
+              if (!err) err = std::current_exception();
+            }
+#pragma omp atomic write
+            failed = 1;
+          }
+        }
+      }
+      if (err) std::rethrow_exception(err);
+      return;
+    }
+#endif
+    Workspace ws(*this);
+    for (Index u = 0; u < units_; ++u) unit(u, ws);
+  }
+
+ private:
+  // Per-thread working memory, carved from the thread's arena (uninitialised, reused
+  // across calls so that small problems do not pay for page faults and zero-filling).
+  struct Workspace {
+    explicit Workspace(const ScoresRun& r) {
+      const Index TQm = r.qp_.max_rows, TKm = r.kp_.max_rows, d = r.d_, G = r.G_;
+      const Index brows = r.tiles_per_block_ * TQm;
+      const Index kd = std::max<Index>(d, 1);
+      const bool direct = r.out_rm_ || r.out_cm_;
+      // Eigen's packing buffers: sizes from its own blocking heuristic, for the orientation
+      // used (a row-major result is computed as the transposed column-major product).
+      Index kc = kd, mc = r.out_cm_ ? TQm : TKm, nc = r.out_cm_ ? TKm : TQm;
+      Eigen::internal::computeProductBlockingSizes<C, C, 1>(kc, mc, nc, Index(1));
+      Arena& a = thread_arena();
+      a.reset();
+      for (int pass = 0; pass < 2; ++pass) {  // pass 0 sizes, pass 1 carves
+        a.begin(pass);
+        qcache = a.take<C>(brows * G * d);
+        qscale = a.take<double>(r.has_decay_ ? brows * G : 0);
+        rel = a.take<double>(kChunkRows * r.rel_);
+        qtile = a.take<C>(TQm * d);
+        qcoef = a.take<C>(TQm * r.coef_);
+        kcoef = a.take<C>(TKm * r.coef_);
+        ktile = a.take<C>(TKm * d);
+        kdecay = a.take<C>(r.has_decay_ && G > 1 ? TKm * d : 0);
+        tile = a.take<C>(direct ? 0 : TQm * TKm);
+        rbias = a.take<Out>(TQm);
+        cbias = a.take<Out>(TKm);
+        kscale = a.take<double>(TKm);
+        delta = a.take<double>(std::max(TQm, TKm));
+        cross = a.take<double>(std::max(r.rel_, 1));
+        xcoef = a.take<C>(std::max(r.coef_, 1));
+        scratch = a.take<C>(4 * kd + 4);
+        row0 = a.take<Index>(r.tiles_per_block_ + 1);
+        blockA = a.take<C>(kc * mc);
+        blockB = a.take<C>(kc * nc);
+      }
+      blocking = Blocking(mc, nc, kc, blockA.data(), blockB.data());
+    }
+    struct Blocking : Eigen::internal::level3_blocking<C, C> {
+      Blocking() = default;
+      Blocking(Index mc, Index nc, Index kc, C* A, C* B) {
+        this->m_mc = mc, this->m_nc = nc, this->m_kc = kc;
+        this->m_blockA = A, this->m_blockB = B;
+      }
+    };
+    Blocking blocking;
+    Buf<C> qcache, qtile, qcoef, kcoef, ktile, kdecay, tile, scratch, blockA, blockB, xcoef;
+    Buf<double> qscale, rel, kscale, delta, cross;
+    Buf<Out> rbias, cbias;
+    Buf<Index> row0;
+  };
+
+  // Rows [b, b + n) of head h of a view, encoded into dst (ld = d) in the arithmetic type:
+  // with the coefficient rows `coef` (nullptr: identity), then with the single coefficient
+  // row `coefx` (a factor common to all rows; nullptr: none), then scaled by scale[r].
+  template <class T>
+  void encode_rows(const TensorView<T>& v, Index b, Index n, Index h, const C* coef, const C* coefx,
+                   bool transpose, const double* scale, C* dst, C* scratch) const {
+    using TS = std::remove_cv_t<T>;
+    const Index es = v.strides().elem;
+    constexpr Index kAhead = 16;  // rows prefetched ahead: one row alone has little MLP
+    const Index row_bytes = d_ * Index(sizeof(TS)) * std::max<Index>(es, 1);
+    for (Index r = 0; r < n; ++r) {
+      const auto* src = v.vector(b + r, h);
+      C* o = dst + r * d_;
+      if (r + kAhead < n) prefetch_row(v.vector(b + r + kAhead, h), row_bytes);
+      if (es == 1 && std::is_same<TS, C>::value) {
+        const C* x = reinterpret_cast<const C*>(src);
+        if (coef)
+          coder_.apply(coef + r * coef_, x, o, transpose, scratch);
+        else
+          std::memcpy(o, x, sizeof(C) * std::size_t(d_));
+      } else {
+        if (es == 1)
+          Eigen::Map<Vector<C>>(o, d_) =
+              Eigen::Map<const Eigen::Matrix<TS, Eigen::Dynamic, 1>>(src, d_).template cast<C>();
+        else
+          for (Index e = 0; e < d_; ++e) o[e] = to_arith<C>(src[e * es]);
+        if (coef) coder_.apply(coef + r * coef_, o, o, transpose, scratch);
+      }
+      if (coefx) coder_.apply_factor(coefx, o, o, transpose, scratch);
+      if (scale) {
+        const C f = C(scale[r]);
+        for (Index e = 0; e < d_; ++e) o[e] *= f;
+      }
+    }
+  }
+  // Coefficient rows of A(delta[r]) (A^T when transpose), through a relative table of
+  // kChunkRows rows at a time (rel: kChunkRows * rel_ doubles).
+  static constexpr Index kChunkRows = 64;
+  void coefficients(const double* delta, Index rows, C* coef, bool transpose, double* rel) const {
+    for (Index r0 = 0; r0 < rows; r0 += kChunkRows) {
+      const Index m = std::min(kChunkRows, rows - r0);
+      coder_.relative(delta + r0, m, rel, rel_);
+      coder_.compose(nullptr, rel, rel_, m, coef + r0 * coef_, coef_, transpose);
+    }
+  }
+
+  static void prefetch_row(const void* p, Index bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+    const char* c = static_cast<const char*>(p);
+    for (Index off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
+#else
+    (void)p, (void)bytes;
+#endif
+  }
+
+  Out* out_ptr(Index h, Index i, Index j) const { return &out_(h, i, j); }
+
+  void fill_masked(Index h, Index i0, Index m, Index j0, Index n) const {
+    const Out v = -std::numeric_limits<Out>::infinity();
+    for (Index i = 0; i < m; ++i)
+      for (Index j = 0; j < n; ++j) out_(h, i0 + i, j0 + j) = v;
+  }
+
+  // out tile (h, [i0, i0+m) x [j0, j0+n)) = alpha a b^T (+ epilogue). a: m x d, b: n x d.
+  // out tile (h, [i0, i0+m) x [j0, j0+n)) = alpha a b^T (+ ALiBi, mask). a: m x d, b: n x d.
+  // Eigen's kernel accumulates into the tile, so the tile starts as the ALiBi bias when it
+  // lives in `out` (no separate bias pass), as zeros otherwise.
+  void product(Workspace& ws, Index h, Index I, Index J, const C* a, Index lda, const C* b,
+               Index ldb, C alpha, int mask) const {
+    const Index i0 = qp_.begin[std::size_t(I)], m = qp_.rows(I);
+    const Index j0 = kp_.begin[std::size_t(J)], n = kp_.rows(J);
+    const bool alibi = has_alibi_ && opt_.alibi_slopes[std::size_t(h)] != 0;
+    const bool direct = out_rm_ || out_cm_;
+    if (alibi) {  // −m (t_i − s_j) = −m (t_i − T_I) − m (T_I − s_j): both small near the anchor
+      const double mh = opt_.alibi_slopes[std::size_t(h)], T = qp_.anchor[std::size_t(I)];
+      for (Index i = 0; i < m; ++i)
+        ws.rbias[std::size_t(i)] = Out(-mh * (t_[std::size_t(i0 + i)] - T));
+      for (Index j = 0; j < n; ++j)
+        ws.cbias[std::size_t(j)] = Out(-mh * (T - s_[std::size_t(j0 + j)]));
+    }
+    C* res;
+    Index ldr;
+    if (direct) {
+      res = reinterpret_cast<C*>(out_ptr(h, i0, j0));
+      ldr = out_rm_ ? out_.strides().head : out_.strides().elem;
+      const C* PEAL_RESTRICT rb = reinterpret_cast<const C*>(ws.rbias.data());
+      const C* PEAL_RESTRICT cb = reinterpret_cast<const C*>(ws.cbias.data());
+      if (out_rm_) {
+        for (Index i = 0; i < m; ++i) {
+          C* PEAL_RESTRICT o = res + i * ldr;
+          if (alibi) {
+            const C r = rb[i];
+            for (Index j = 0; j < n; ++j) o[j] = r + cb[j];
+          } else {
+            std::fill_n(o, n, C(0));
+          }
+        }
+      } else {
+        for (Index j = 0; j < n; ++j) {
+          C* PEAL_RESTRICT o = res + j * ldr;
+          if (alibi) {
+            const C c = cb[j];
+            for (Index i = 0; i < m; ++i) o[i] = rb[i] + c;
+          } else {
+            std::fill_n(o, m, C(0));
+          }
+        }
+      }
+    } else {
+      res = ws.tile.data();
+      ldr = n;
+      std::fill_n(res, m * n, C(0));
+    }
+    if (d_ > 0) {
+      if (out_cm_)
+        gemm_abt<C, Eigen::ColMajor>(m, n, d_, a, lda, b, ldb, res, ldr, alpha, ws.blocking);
+      else
+        gemm_abt<C, Eigen::RowMajor>(m, n, d_, a, lda, b, ldb, res, ldr, alpha, ws.blocking);
+    }
+    if (direct && mask == 0) return;
+    epilogue(ws, h, I, J, res, ldr, mask, alibi && !direct);
+  }
+
+  // Mask (direct tiles) or conversion to `out` with bias and mask (buffered tiles).
+  void epilogue(Workspace& ws, Index h, Index I, Index J, const C* res, Index ldr, int mask,
+                bool alibi) const {
+    const Index i0 = qp_.begin[std::size_t(I)], m = qp_.rows(I);
+    const Index j0 = kp_.begin[std::size_t(J)], n = kp_.rows(J);
+    const Out* PEAL_RESTRICT rb = ws.rbias.data();
+    const Out* PEAL_RESTRICT cb = ws.cbias.data();
+    const double* PEAL_RESTRICT sj = s_.data() + j0;
+    const Out ninf = -std::numeric_limits<Out>::infinity();
+    for (Index i = 0; i < m; ++i) {
+      const double ti = t_[std::size_t(i0 + i)];
+      if (out_rm_) {
+        Out* PEAL_RESTRICT o = reinterpret_cast<Out*>(const_cast<C*>(res)) + i * ldr;
+        for (Index j = 0; j < n; ++j) o[j] = sj[j] > ti ? ninf : o[j];
+      } else if (out_cm_) {
+        Out* o = reinterpret_cast<Out*>(const_cast<C*>(res)) + i;
+        for (Index j = 0; j < n; ++j)
+          if (sj[j] > ti) o[j * ldr] = ninf;
+      } else {
+        const C* PEAL_RESTRICT src = res + i * ldr;
+        Out* o = out_ptr(h, i0 + i, j0);
+        const Index st = out_.strides().elem;
+        for (Index j = 0; j < n; ++j) {
+          Out v = Out(src[j]);
+          if (alibi) v += rb[i] + cb[j];
+          if (mask && sj[j] > ti) v = ninf;
+          o[j * st] = v;
+        }
+      }
+    }
+  }
+
+  // 0: no mask needed, 1: partial, 2: every pair masked.
+  int mask_state(Index I, Index J) const {
+    if (!opt_.causal) return 0;
+    if (kp_.lo[std::size_t(J)] > qp_.hi[std::size_t(I)]) return 2;
+    if (kp_.hi[std::size_t(J)] <= qp_.lo[std::size_t(I)]) return 0;
+    return 1;
+  }
+
+  // How the query side is rebased (see the top of the file):
+  //   pure:     anchor 0; q̃ = A(t_i)^T q encoded once per unit, keys once per key tile, both
+  //             as the tile's relative table A(t − T) times the tile's constant A(T) (they
+  //             commute: A(a)A(b) = A(a + b));
+  //   two_step: q̂ = A(t_i − T_I)^T q once per unit, k̃ = A(S_J − s_j) k once per key tile,
+  //             and per tile pair q̃ = A(T_I − S_J)^T q̂, one constant factor per block.
+  enum class Mode { pure, two_step };
+
+  void unit(Index u, Workspace& ws) const {
+    // Late query blocks first: with a causal mask they carry the most work.
+    const Index blk = blocks_ - 1 - u / Hk_, kh = u % Hk_;
+    const Index I0 = blk * tiles_per_block_, I1 = std::min(qp_.size(), I0 + tiles_per_block_);
+    const Index d = d_, G = G_;
+    C* scratch = ws.scratch.data();
+    auto qrow = [&](Index I, Index g) {  // first cached row of query tile I, head kh*G + g
+      return ws.qcache.data() + (ws.row0[std::size_t(I - I0)] * G + g * qp_.rows(I)) * d;
+    };
+
+    // ---- Query side, once per unit.
+    Index* row0 = ws.row0.data();
+    row0[0] = 0;
+    for (Index I = I0; I < I1; ++I) row0[I - I0 + 1] = row0[I - I0] + qp_.rows(I);
+    for (Index I = I0; I < I1; ++I) {
+      const Index b = qp_.begin[std::size_t(I)], n = qp_.rows(I), r0 = row0[I - I0];
+      const double T = qp_.anchor[std::size_t(I)];
+      const bool reg = qp_.regular[std::size_t(I)] != 0;
+      if (mode_ == Mode::pure && identity_ && q_direct_) continue;  // read in place
+      const C* coef = nullptr;
+      const C* coefx = nullptr;
+      if (!identity_) {
+        if (reg) {
+          coef = qcoef_shared_.data();
+        } else {
+          for (Index r = 0; r < n; ++r) ws.delta[std::size_t(r)] = t_[std::size_t(b + r)] - T;
+          coefficients(ws.delta.data(), n, ws.qcoef.data(), true, ws.rel.data());
+          coef = ws.qcoef.data();
+        }
+        if (mode_ == Mode::pure) {  // × A(T_I)^T: anchor 0
+          coder_.relative(&T, 1, ws.cross.data(), rel_);
+          coder_.compose(nullptr, ws.cross.data(), rel_, 1, ws.xcoef.data(), coef_, true);
+          coefx = ws.xcoef.data();
+        }
+      }
+      for (Index g = 0; g < G; ++g) {
+        double* qs = nullptr;
+        if (has_decay_) {  // two_step: γ_h^(t_i − T_I) folded into q̂
+          const double lam = lam_[std::size_t(kh * G + g)];
+          qs = ws.qscale.data() + r0 * G + g * n;
+          for (Index r = 0; r < n; ++r) qs[r] = std::exp(lam * (t_[std::size_t(b + r)] - T));
+        }
+        encode_rows(q_, b, n, kh * G + g, coef, coefx, true, qs, qrow(I, g), scratch);
+      }
+    }
+
+    // Heads of the group share one decay? Then it is folded into the key encoding.
+    bool shared_decay = true;
+    if (has_decay_)
+      for (Index g = 1; g < G; ++g)
+        shared_decay &= lam_[std::size_t(kh * G + g)] == lam_[std::size_t(kh * G)];
+
+    // ---- Key tiles.
+    for (Index J = 0; J < kp_.size(); ++J) {
+      bool any = false;
+      for (Index I = I0; I < I1; ++I) any |= mask_state(I, J) != 2;
+      const Index jb = kp_.begin[std::size_t(J)], nkj = kp_.rows(J);
+      if (!any) {
+        for (Index I = I0; I < I1; ++I)
+          for (Index g = 0; g < G; ++g)
+            fill_masked(kh * G + g, qp_.begin[std::size_t(I)], qp_.rows(I), jb, nkj);
+        continue;
+      }
+      const double S = kp_.anchor[std::size_t(J)];
+      // Key coefficients: A(S_J − s_j), times the constant A(−S_J) when pure (anchor 0).
+      const C* kcoef = nullptr;
+      const C* kcoefx = nullptr;
+      if (!identity_) {
+        if (kp_.regular[std::size_t(J)]) {
+          kcoef = kcoef_shared_.data();
+        } else {
+          for (Index r = 0; r < nkj; ++r) ws.delta[std::size_t(r)] = S - s_[std::size_t(jb + r)];
+          coefficients(ws.delta.data(), nkj, ws.kcoef.data(), false, ws.rel.data());
+          kcoef = ws.kcoef.data();
+        }
+        if (mode_ == Mode::pure) {
+          const double X = -S;
+          coder_.relative(&X, 1, ws.cross.data(), rel_);
+          coder_.compose(nullptr, ws.cross.data(), rel_, 1, ws.xcoef.data(), coef_, false);
+          kcoefx = ws.xcoef.data();
+        }
+      }
+      // Key decay γ_h^(S_J − s_j).
+      auto key_scale = [&](Index h) {
+        const double lam = lam_[std::size_t(h)];
+        for (Index r = 0; r < nkj; ++r)
+          ws.kscale[std::size_t(r)] = std::exp(lam * (S - s_[std::size_t(jb + r)]));
+      };
+      const C* kbuf;
+      Index ldk;
+      if (identity_ && !has_decay_ && k_direct_) {
+        kbuf = reinterpret_cast<const C*>(k_.vector(jb, kh));
+        ldk = k_.strides().token;
+      } else {
+        const bool fold = has_decay_ && shared_decay;
+        if (fold) key_scale(kh * G);
+        encode_rows(k_, jb, nkj, kh, kcoef, kcoefx, false, fold ? ws.kscale.data() : nullptr,
+                    ws.ktile.data(), scratch);
+        kbuf = ws.ktile.data();
+        ldk = d;
+      }
+
+      for (Index I = I0; I < I1; ++I) {
+        const int mask = mask_state(I, J);
+        const Index b = qp_.begin[std::size_t(I)], n = qp_.rows(I);
+        if (mask == 2) {
+          for (Index g = 0; g < G; ++g) fill_masked(kh * G + g, b, n, jb, nkj);
+          continue;
+        }
+        const double T = qp_.anchor[std::size_t(I)];
+        const C* qcoef = nullptr;
+        if (mode_ == Mode::two_step && !identity_) {  // the cross factor A(T_I − S_J)^T
+          const double D = T - S;
+          coder_.relative(&D, 1, ws.cross.data(), rel_);
+          coder_.compose(nullptr, ws.cross.data(), rel_, 1, ws.qcoef.data(), coef_, true);
+          qcoef = ws.qcoef.data();
+        }
+        for (Index g = 0; g < G; ++g) {
+          const Index h = kh * G + g;
+          double alpha = opt_.scale;
+          const C* a;
+          Index lda = d;
+          if (mode_ == Mode::pure) {
+            if (identity_ && q_direct_) {
+              a = reinterpret_cast<const C*>(q_.vector(b, h));
+              lda = q_.strides().token;
+            } else {
+              a = qrow(I, g);
+            }
+          } else {
+            if (has_decay_) alpha *= std::exp(lam_[std::size_t(h)] * (T - S));  // γ^(T_I − S_J)
+            if (qcoef == nullptr) {  // identity encoding: the cached rows are final
+              a = qrow(I, g);
+            } else {
+              const C* src = qrow(I, g);
+              C* dst = ws.qtile.data();
+              for (Index r = 0; r < n; ++r)
+                coder_.apply_factor(qcoef, src + r * d, dst + r * d, true, scratch);
+              a = dst;
+            }
+          }
+          const C* bk = kbuf;
+          Index ldb = ldk;
+          if (has_decay_ && !shared_decay) {
+            key_scale(h);
+            for (Index r = 0; r < nkj; ++r) {
+              const C f = C(ws.kscale[std::size_t(r)]);
+              const C* src = kbuf + r * ldk;
+              C* dst = ws.kdecay.data() + r * d;
+              for (Index e = 0; e < d; ++e) dst[e] = src[e] * f;
+            }
+            bk = ws.kdecay.data();
+            ldb = d;
+          }
+          product(ws, h, I, J, a, lda, bk, ldb, C(alpha), mask);
+        }
+      }
+    }
+  }
+
+  K coder_;
+  TensorView<Tq> q_;
+  TensorView<Tk> k_;
+  TensorView<Out> out_;
+  const ScoreOptions& opt_;
+  Index d_ = 0, Hq_ = 0, Hk_ = 1, G_ = 1, nq_ = 0, nk_ = 0;
+  std::vector<double> t_, s_, lam_;
+  bool has_decay_ = false, has_alibi_ = false, identity_ = false, pure_ = true;
+  TilePlan qp_, kp_;
+  int rel_ = 0, coef_ = 0;
+  Buf<C> qcoef_shared_, kcoef_shared_;
+  Mode mode_ = Mode::pure;
+  bool q_direct_ = false, k_direct_ = false, out_rm_ = false, out_cm_ = false;
+  Index tiles_per_block_ = 1, blocks_ = 0, units_ = 0;
+  int threads_ = 1;
+};
+
+// ---- Validation ---------------------------------------------------------------------------
+inline std::string extents(Index a, Index b, Index c) {
+  std::ostringstream os;
+  os << "[" << a << ", " << b << ", " << c << "]";
+  return os.str();
+}
+
+template <class E, class Tq, class Tk, class Out>
+void check_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
+                  const TensorView<Tk>& k, const Positions& tk, const TensorView<Out>& out,
+                  const ScoreOptions& opt, const char* where) {
+  const std::string w(where);
+  const Index d = Index(enc.dim());
+  if (q.dim() != d || k.dim() != d)
+    fail(w + ": queries " + extents(q.tokens(), q.heads(), q.dim()) + " and keys " +
+         extents(k.tokens(), k.heads(), k.dim()) + " must have dim " + std::to_string(d) +
+         " (the encoding's dim())");
+  const Index Hq = q.heads(), Hk = k.heads();
+  if (Hq > 0 && (Hk <= 0 || Hq % Hk != 0))
+    fail(w + ": the number of query heads (" + std::to_string(Hq) +
+         ") must be a multiple of the number of key heads (" + std::to_string(Hk) + ")");
+  if (out.tokens() != Hq || out.heads() != q.tokens() || out.dim() != k.tokens())
+    fail(w + ": out is " + extents(out.tokens(), out.heads(), out.dim()) +
+         ", expected [Hq, nq, nk] = " + extents(Hq, q.tokens(), k.tokens()));
+  tq.check(q.tokens(), (w + " (query positions)").c_str());
+  tk.check(k.tokens(), (w + " (key positions)").c_str());
+  if (!std::isfinite(opt.scale)) fail(w + ": scale must be finite");
+  if (!opt.alibi_slopes.empty()) {
+    if (Index(opt.alibi_slopes.size()) != Hq)
+      fail(w + ": " + std::to_string(opt.alibi_slopes.size()) + " ALiBi slopes for " +
+           std::to_string(Hq) + " query heads (give one per query head, or none)");
+    for (double m : opt.alibi_slopes) require_finite(m, where, "ALiBi slope");
+  }
+  if (!opt.decay.empty()) {
+    if (Index(opt.decay.size()) != Hq)
+      fail(w + ": " + std::to_string(opt.decay.size()) + " decays for " + std::to_string(Hq) +
+           " query heads (give one per query head, or none)");
+    for (double g : opt.decay)
+      if (!(g > 0 && g <= 1)) {
+        std::ostringstream os;
+        os << w << ": decay gamma must be in (0, 1], got " << g;
+        fail(os.str());
+      }
+  }
+  if (opt.threads < 0) fail(w + ": threads must be >= 0");
+  if (opt.query_tile < 0 || opt.key_tile < 0) fail(w + ": tile sizes must be >= 0");
+  // Differences of positions must be finite too (e.g. 1e308 and -1e308 are not).
+  if (q.tokens() > 0 && k.tokens() > 0) {
+    double tmin = tq[0], tmax = tq[0], smin = tk[0], smax = tk[0];
+    for (Index i = 1; i < q.tokens(); ++i)
+      tmin = std::min(tmin, tq[i]), tmax = std::max(tmax, tq[i]);
+    for (Index j = 1; j < k.tokens(); ++j)
+      smin = std::min(smin, tk[j]), smax = std::max(smax, tk[j]);
+    if (!std::isfinite(tmax - smin) || !std::isfinite(smax - tmin) || !std::isfinite(tmax - tmin) ||
+        !std::isfinite(smax - smin))
+      fail(w + ": differences of positions overflow (positions too far apart)");
+  }
+}
+
+}  // namespace scores_kernels
+}  // namespace detail
+
+/// The plain per-pair form of scores(): out[h][i][j] from enc.score(q, t_i, k, s_j) (the
+/// encoding's own reference, evaluated through the lag in the encoding's Scalar) for every
+/// pair. O(Hq nq nk d) work with a per-pair A(t_i − s_j); for tests and as a baseline.
+template <class E, class Tq, class Tk, class Out>
+void scores_reference(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
+                      const Positions& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {
+  namespace sk = detail::scores_kernels;
+  static_assert(std::is_same<Out, float>::value || std::is_same<Out, double>::value,
+                "peal::scores_reference: out must be a writable view of float or double");
+  sk::check_scores(enc, q, tq, k, tk, out, opt, "scores_reference");
+  const Index nq = q.tokens(), nk = k.tokens(), Hq = q.heads(), d = q.dim();
+  if (nq == 0 || nk == 0 || Hq == 0) return;
+  const Index G = Hq / k.heads();
+  using S = typename E::Scalar;
+  Vector<S> qv(d), kv(d);
+  for (Index h = 0; h < Hq; ++h)
+    for (Index i = 0; i < nq; ++i) {
+      for (Index e = 0; e < d; ++e) qv(e) = S(sk::to_arith<double>(q(i, h, e)));
+      const double t = tq[i];
+      for (Index j = 0; j < nk; ++j) {
+        const double s = tk[j];
+        if (opt.causal && s > t) {
+          out(h, i, j) = -std::numeric_limits<Out>::infinity();
+          continue;
+        }
+        for (Index e = 0; e < d; ++e) kv(e) = S(sk::to_arith<double>(k(j, h / G, e)));
+        double v = opt.scale * double(enc.score(qv, t, kv, s));
+        if (!opt.decay.empty()) v *= std::exp(std::log(opt.decay[std::size_t(h)]) * (t - s));
+        if (!opt.alibi_slopes.empty()) v -= opt.alibi_slopes[std::size_t(h)] * (t - s);
+        out(h, i, j) = Out(v);
+      }
+    }
+}
+
+/// out[h][i][j] = scale γ_h^(t_i − s_j) q_{i,h}^T A(t_i − s_j) k_{j,h/G} − m_h (t_i − s_j)
+/// (−∞ where causal and s_j > t_i), fused and rebased (see the top of this file).
+/// q: [nq, Hq, d], k: [nk, Hk, d] (Hq a multiple of Hk; float, double, Eigen::half or
+/// Eigen::bfloat16, const or not), out: [Hq, nq, nk] of float or double, not overlapping
+/// q or k. Throws peal::invalid_argument on inconsistent extents, positions or options.
+template <class E, class Tq, class Tk, class Out>
+void scores(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
+            const Positions& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {
+  namespace sk = detail::scores_kernels;
+  static_assert(
+      sk::is_storage<std::remove_cv_t<Tq>>::value && sk::is_storage<std::remove_cv_t<Tk>>::value,
+      "peal::scores: q and k must store float, double, Eigen::half or Eigen::bfloat16");
+  static_assert(std::is_same<Out, float>::value || std::is_same<Out, double>::value,
+                "peal::scores: out must be a writable view of float or double");
+  sk::check_scores(enc, q, tq, k, tk, out, opt, "scores");
+  if (q.tokens() == 0 || k.tokens() == 0 || q.heads() == 0) return;
+  if (q.dim() == 0) return scores_reference(enc, q, tq, k, tk, out, opt);  // bias and mask only
+  using C = sk::arith_t<Tq, Tk>;
+  sk::ScoresRun<C, E, Tq, Tk, Out> run(enc, q, tq, k, tk, out, opt);
+  run.run();
+}
+
+}  // namespace peal

@@ -1,0 +1,657 @@
+// Tests of include/peal/encode.hpp: every dispatch path (rotation banks in both layouts,
+// real banks, pass-through, block-diagonal compositions, basis change, the dense generic
+// path) against the scalar reference, i.e. the encoding's own encode_query / encode_key on
+// an Eigen vector of double, over awkward sizes, misaligned and strided views, all four
+// storage types and both kinds of positions.
+//
+// Tolerance (per element j of one encoded vector y = M x, M = F(t) or G(s) in double):
+//   |y_kernel - y_ref|_j <= 8 k_j eps_A (|M| |x|)_j + eps_T |y_ref|_j + denorm_min_T
+// eps_A: epsilon of the arithmetic type (float for float/half/bf16 storage, double for
+//        double storage); k_j: non-zeros in row j of M (2 for a rotation pair, 1 for a
+//        scale, up to d for the dense path). This is the classical forward error bound of a
+//        k-term dot product, |fl(m.x) - m.x| <= gamma_k |m| |x| (Higham, Thm 3.5), plus
+//        one rounding of each coefficient to the arithmetic type (the coefficients come
+//        from double sin/cos/exp accurate to a few double ulps), with a factor 8 of slack
+//        (the reference itself carries double rounding, and vectorized and scalar loops
+//        may contract differently).
+// eps_T: epsilon of the storage type (2^-23 float, 2^-52 double, 2^-10 half, 2^-7
+//        bfloat16): the final rounding of the result to storage is at most eps_T / 2
+//        relative (round to nearest); the input is converted to double exactly, so it adds
+//        nothing. denorm_min_T covers results that land in the subnormal range of half.
+#include <catch2/catch.hpp>
+
+#include <peal/encode.hpp>
+#include <peal/jordan_block.hpp>
+#include <peal/peal.hpp>
+#include <peal/rotation_jordan_block.hpp>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+
+using peal::Index;
+using peal::Layout;
+using peal::Positions;
+using peal::Strides;
+using peal::TensorView;
+
+enum class Side { Query, Key };
+
+// Machine epsilon of the storage type (spelled out: Eigen's NumTraits<half>::epsilon() is
+// 2^-13, not the spacing 2^-10 of half numbers at 1).
+template <class T>
+double storage_eps() {
+  if (std::is_same<T, Eigen::half>::value) return std::ldexp(1.0, -10);
+  if (std::is_same<T, Eigen::bfloat16>::value) return std::ldexp(1.0, -7);
+  return double(std::numeric_limits<T>::epsilon());
+}
+template <class T>
+double arith_eps() {
+  return std::is_same<T, double>::value ? std::numeric_limits<double>::epsilon()
+                                        : double(std::numeric_limits<float>::epsilon());
+}
+template <class T>
+double to_d(T x) {
+  return double(static_cast<float>(x));
+}
+template <>
+double to_d<double>(double x) {
+  return x;
+}
+template <class T>
+T from_d(double x) {
+  return T(static_cast<float>(x));
+}
+template <>
+double from_d<double>(double x) {
+  return x;
+}
+
+// RoPE: omega_i = theta^(-2i/d), a = 0.
+inline peal::Bank<peal::RotationBlock<double>> rope_bank(int d, double theta, Layout layout,
+                                                         double decay = 0) {
+  std::vector<peal::RotationBlock<double>> b;
+  for (int i = 0; i < d / 2; ++i)
+    b.emplace_back(std::pow(static_cast<long double>(theta), -2.0L * i / d),
+                   decay == 0 ? 0.0 : decay * (1.0 + double(i) / d));
+  return peal::Bank<peal::RotationBlock<double>>(b, layout);
+}
+// YaRN-like frequencies: low frequencies divided by `factor`, high ones kept, a linear
+// ramp between (Peng et al. 2023); the exact ramp does not matter here.
+inline peal::Bank<peal::RotationBlock<double>> yarn_bank(int d, Layout layout) {
+  std::vector<peal::RotationBlock<double>> b;
+  const long double factor = 8;
+  for (int i = 0; i < d / 2; ++i) {
+    const long double w = std::pow(10000.0L, -2.0L * i / d);
+    const long double gamma = std::clamp((long double)(i) / (d / 2 - 1), 0.0L, 1.0L);
+    b.emplace_back(w * ((1 - gamma) + gamma / factor));
+  }
+  return peal::Bank<peal::RotationBlock<double>>(b, layout);
+}
+
+// Irregular real timestamps: base + cumulative random gaps in (0.05, 3.7).
+inline std::vector<double> irregular(Index n, double base, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> gap(0.05, 3.7);
+  std::vector<double> p(static_cast<std::size_t>(n));
+  double t = base;
+  for (auto& x : p) x = (t += gap(rng));
+  return p;
+}
+
+// Geometry of a view inside a larger buffer: offset of element (0,0,0) and strides.
+struct Geometry {
+  Index tokens, heads, dim;
+  Strides str;
+  Index offset;
+  Index size() const {
+    if (tokens == 0 || heads == 0 || dim == 0) return offset + 1;
+    return offset + (tokens - 1) * str.token + (heads - 1) * str.head + (dim - 1) * str.elem + 1;
+  }
+  Index at(Index t, Index h, Index j) const {
+    return offset + t * str.token + h * str.head + j * str.elem;
+  }
+};
+inline Geometry packed(Index tokens, Index heads, Index dim, Index offset = 0) {
+  return {tokens, heads, dim, Strides{heads * dim, dim, 1}, offset};
+}
+// Padding between heads and tokens, element stride es.
+inline Geometry padded(Index tokens, Index heads, Index dim, Index es, Index offset = 1) {
+  const Index hs = dim * es + 3;
+  return {tokens, heads, dim, Strides{heads * hs + 5, hs, es}, offset};
+}
+
+template <class T>
+std::vector<T> random_buffer(Index n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> b(static_cast<std::size_t>(n));
+  for (auto& x : b) x = from_d<T>(u(rng));
+  return b;
+}
+
+// Checks one encoded result `out` (geometry go) of the input `in` (geometry gi) against
+// the scalar reference, and that no element outside the destination view changed.
+template <class E, class TS, class TD>
+void compare_with_reference(const E& enc, Side side, const std::vector<double>& pos,
+                            const std::vector<TS>& in, const Geometry& gi,
+                            const std::vector<TD>& out_before, const std::vector<TD>& out,
+                            const Geometry& go, double slack = 1) {
+  const double eps_a = (std::is_same<TS, double>::value || std::is_same<TD, double>::value)
+                           ? arith_eps<double>()
+                           : arith_eps<float>();
+  const double eps_t = storage_eps<TD>();
+  const double floor_t = double(static_cast<float>(std::numeric_limits<TD>::denorm_min()));
+  const int d = int(gi.dim);
+  // Which elements belong to the destination view.
+  std::vector<char> in_view(out.size(), 0);
+  Eigen::VectorXd x(d), ref(d), mag(d);
+  for (Index t = 0; t < gi.tokens; ++t) {
+    const Eigen::MatrixXd M = side == Side::Query ? Eigen::MatrixXd(enc.F(pos[std::size_t(t)]))
+                                                  : Eigen::MatrixXd(enc.G(pos[std::size_t(t)]));
+    Eigen::VectorXd k(d);
+    for (int j = 0; j < d; ++j) k(j) = double((M.row(j).array() != 0).count());
+    for (Index h = 0; h < gi.heads; ++h) {
+      for (int j = 0; j < d; ++j) x(j) = to_d(in[std::size_t(gi.at(t, h, j))]);
+      ref = x;
+      if (side == Side::Query)
+        enc.encode_query(ref, pos[std::size_t(t)]);
+      else
+        enc.encode_key(ref, pos[std::size_t(t)]);
+      mag = M.cwiseAbs() * x.cwiseAbs();
+      for (int j = 0; j < d; ++j) {
+        const std::size_t o = std::size_t(go.at(t, h, j));
+        in_view[o] = 1;
+        const double got = to_d(out[o]);
+        const double tol =
+            slack * (8 * k(j) * eps_a * mag(j) + eps_t * std::abs(ref(j))) + floor_t;
+        if (!(std::abs(got - ref(j)) <= tol)) {
+          CAPTURE(t, h, j, pos[std::size_t(t)], got, ref(j), tol, mag(j));
+          FAIL("encoded element differs from the scalar reference");
+        }
+      }
+    }
+  }
+  for (std::size_t o = 0; o < out.size(); ++o) {
+    if (!in_view[o] && !(to_d(out[o]) == to_d(out_before[o]) ||
+                         (std::isnan(to_d(out[o])) && std::isnan(to_d(out_before[o]))))) {
+      CAPTURE(o);
+      FAIL("an element outside the view was written");
+    }
+  }
+}
+
+// Encodes a random [tokens, heads, dim] view (geometry gi) in place, or out of place into
+// geometry go, and compares with the reference. Returns the encoded buffer.
+template <class T, class E>
+void check_encode(const E& enc, Side side, const std::vector<double>& pos_values,
+                  const Positions& pos, const Geometry& gi, bool out_of_place,
+                  std::mt19937_64& rng, double slack = 1) {
+  std::vector<T> in = random_buffer<T>(gi.size(), rng);
+  const std::vector<T> original = in;
+  if (!out_of_place) {
+    TensorView<T> v(in.data() + gi.offset, gi.tokens, gi.heads, gi.dim, gi.str);
+    if (side == Side::Query)
+      peal::encode_queries(enc, v, pos);
+    else
+      peal::encode_keys(enc, v, pos);
+    compare_with_reference(enc, side, pos_values, original, gi, original, in, gi, slack);
+  } else {
+    // Destination packed with a misaligned start; the source is read through a const view.
+    const Geometry go = packed(gi.tokens, gi.heads, gi.dim, 1);
+    std::vector<T> out = random_buffer<T>(go.size(), rng);
+    const std::vector<T> out_before = out;
+    TensorView<const T> src(in.data() + gi.offset, gi.tokens, gi.heads, gi.dim, gi.str);
+    TensorView<T> dst(out.data() + go.offset, go.tokens, go.heads, go.dim, go.str);
+    if (side == Side::Query)
+      peal::encode_queries(enc, src, dst, pos);
+    else
+      peal::encode_keys(enc, src, dst, pos);
+    REQUIRE(in == original);  // the source is untouched
+    compare_with_reference(enc, side, pos_values, original, gi, out_before, out, go, slack);
+  }
+}
+
+const Index kTokens[] = {1, 3, 7, 17, 63, 65, 257};
+const Index kHeads[] = {1, 3};
+const int kDims[] = {2, 6, 64, 128};
+
+// Runs check_encode over the awkward sizes for an encoding built per dim. Positions,
+// side, placement and misalignment rotate with the case index so every combination is
+// reached without the full cross product.
+template <class T, class Build>
+void sweep(Build&& build, bool allow_large_times, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  int c = 0;
+  for (int d : kDims)
+    for (Index tokens : kTokens)
+      for (Index heads : kHeads) {
+        const auto enc = build(d);
+        const int dim = int(enc.dim());
+        const Side side = (c % 2) ? Side::Key : Side::Query;
+        const bool oop = (c / 2) % 2;
+        const Index offset = (c / 4) % 2;  // misaligned start every other pair of cases
+        const int pos_kind = c % 3;        // 0: irregular span, 1: sequence, 2: large span
+        Geometry g = packed(tokens, heads, dim, offset);
+        if (c % 5 == 4) g = padded(tokens, heads, dim, 2);   // element stride 2
+        if (c % 5 == 2) g = padded(tokens, heads, dim, 1);   // padded token/head strides
+        std::vector<double> pv;
+        Positions pos = Positions::sequence(0);
+        if (pos_kind == 1) {
+          pos = Positions::sequence(-3.25, 1.5);
+          for (Index i = 0; i < tokens; ++i) pv.push_back(pos[i]);
+        } else {
+          pv = irregular(tokens, pos_kind == 2 && allow_large_times ? 1.7e9 : -20.5, rng);
+          pos = Positions(pv);
+        }
+        CAPTURE(d, dim, tokens, heads, int(side), oop, offset, pos_kind, g.str.token, g.str.head,
+                g.str.elem);
+        check_encode<T>(enc, side, pv, pos, g, oop, rng);
+        ++c;
+      }
+}
+
+}  // namespace
+
+#define PEAL_STORAGE_TYPES float, double, Eigen::half, Eigen::bfloat16
+
+TEMPLATE_TEST_CASE("encode: RoPE banks, both layouts, match the reference", "[encode]",
+                   PEAL_STORAGE_TYPES) {
+  for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
+    CAPTURE(int(layout));
+    sweep<TestType>([&](int d) { return rope_bank(d, 10000.0, layout); }, true, 11);
+  }
+}
+
+TEMPLATE_TEST_CASE("encode: decaying rotation banks (xPos/RetNet-like) match the reference",
+                   "[encode]", PEAL_STORAGE_TYPES) {
+  // a in [-0.008, -0.004]: |a t| stays below ~8 over the positions used (|t| < ~1000), so
+  // queries and keys stay representable even in half (max 65504); large |a t| is the
+  // overflow test below.
+  for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
+    CAPTURE(int(layout));
+    sweep<TestType>([&](int d) { return rope_bank(d, 10000.0, layout, -0.004); }, false, 12);
+  }
+}
+
+TEMPLATE_TEST_CASE("encode: partial rotary compose(Bank<RotationBlock>, PassThrough)",
+                   "[encode]", PEAL_STORAGE_TYPES) {
+  for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
+    CAPTURE(int(layout));
+    // rotary part: a quarter of the head (at least one pair), the rest passes through.
+    sweep<TestType>(
+        [&](int d) {
+          const int r = std::max(2, (d / 4) & ~1);
+          return peal::compose(rope_bank(r, 10000.0, layout), peal::PassThrough<double>(d - r + 1));
+        },
+        true, 13);
+  }
+}
+
+TEMPLATE_TEST_CASE("encode: Bank<RealBlock> scales match the reference", "[encode]",
+                   PEAL_STORAGE_TYPES) {
+  sweep<TestType>(
+      [](int d) {
+        std::vector<peal::RealBlock<double>> b;
+        for (int i = 0; i < d + 1; ++i) b.emplace_back(0.005 * std::sin(1.0 + i));  // |lambda t| < ~5
+        return peal::Bank<peal::RealBlock<double>>(b);
+      },
+      false, 14);
+}
+
+TEMPLATE_TEST_CASE("encode: generic path (Jordan blocks, basis change) matches the reference",
+                   "[encode]", float, double, Eigen::half) {
+  std::mt19937_64 rng(15);
+  const auto comp = peal::compose(
+      peal::JordanBlock<3, double>(-0.01), peal::RotationJordanBlock<2, double>(0.7, -0.02),
+      rope_bank(6, 100.0, Layout::HalfSplit), peal::RealBlock<double>(0.01),
+      peal::PassThrough<double>(2),
+      peal::Bank<peal::JordanBlock<2, double>>({peal::JordanBlock<2, double>(0.0),
+                                                peal::JordanBlock<2, double>(-0.01)},
+                                               Layout::HalfSplit));
+  Eigen::MatrixXd P = Eigen::MatrixXd::Identity(comp.dim(), comp.dim());
+  std::mt19937_64 prng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (Index i = 0; i < P.size(); ++i) P(i) += 0.3 * u(prng) / std::sqrt(double(comp.dim()));
+  const auto basis = peal::change_basis(comp, P);
+  for (Index tokens : {Index(1), Index(7), Index(65)})
+    for (Index heads : {Index(1), Index(3)})
+      for (int variant = 0; variant < 4; ++variant) {
+        const Side side = variant % 2 ? Side::Key : Side::Query;
+        const bool oop = variant / 2;
+        // Times of order 10: Jordan coefficients tau^2/2 stay moderate in half.
+        std::vector<double> pv = irregular(tokens, -12.0, rng);
+        for (auto& p : pv) p *= 0.2;
+        const Geometry g = variant == 3 ? padded(tokens, heads, comp.dim(), 2)
+                                        : packed(tokens, heads, comp.dim(), variant % 2);
+        CAPTURE(tokens, heads, variant);
+        check_encode<TestType>(comp, side, pv, Positions(pv), g, oop, rng);
+        // Basis change: P^T (or P^{-1}) then the composition; P = I + 0.3 U/sqrt(n) is well
+        // conditioned, the slack 4 covers the extra product.
+        check_encode<TestType>(basis, side, pv, Positions(pv), g, oop, rng, 4);
+      }
+}
+
+TEST_CASE("encode: out of place equals in place, and mixed storage types", "[encode]") {
+  std::mt19937_64 rng(16);
+  for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
+    const auto enc = peal::compose(rope_bank(48, 10000.0, layout, -0.01), peal::PassThrough<double>(16));
+    const Index T = 33, H = 3, D = enc.dim();
+    const std::vector<double> pv = irregular(T, 5.0, rng);
+    for (Side side : {Side::Query, Side::Key}) {
+      std::vector<float> a = random_buffer<float>(T * H * D, rng), b(a.size()), c = a;
+      TensorView<float> va(a.data(), T, H, D), vb(b.data(), T, H, D);
+      TensorView<const float> vc(c.data(), T, H, D);
+      if (side == Side::Query) {
+        peal::encode_queries(enc, va, pv);
+        peal::encode_queries(enc, vc, vb, pv);
+      } else {
+        peal::encode_keys(enc, va, pv);
+        peal::encode_keys(enc, vc, vb, pv);
+      }
+      // The in-place and out-of-place loops evaluate the same two-term sums, but the
+      // compiler may contract them into FMAs differently (-O3 -march=native does): they
+      // agree to two roundings of the terms, each at most g = e^{|a| |t|} <= e^{0.015 pmax}
+      // times |x| <= 1 (rope_bank: |a_i| = 0.01 (1 + i/d) < 0.015).
+      const double gmax = std::exp(0.015 * *std::max_element(pv.begin(), pv.end()));
+      for (std::size_t i = 0; i < a.size(); ++i)
+        REQUIRE(std::abs(double(a[i]) - double(b[i])) <= 2 * 2 * gmax * double(FLT_EPSILON));
+      // The same view as source and destination encodes in place.
+      std::vector<float> e = c;
+      TensorView<float> ve(e.data(), T, H, D);
+      if (side == Side::Query)
+        peal::encode_queries(enc, TensorView<const float>(ve), ve, pv);
+      else
+        peal::encode_keys(enc, TensorView<const float>(ve), ve, pv);
+      CHECK(e == a);
+      // float -> half and half -> double: arithmetic in float, resp. double.
+      std::vector<Eigen::half> h(a.size());
+      TensorView<Eigen::half> vh(h.data(), T, H, D);
+      if (side == Side::Query)
+        peal::encode_queries(enc, vc, vh, pv);
+      else
+        peal::encode_keys(enc, vc, vh, pv);
+      for (std::size_t i = 0; i < h.size(); ++i)
+        REQUIRE(std::abs(double(float(h[i])) - double(a[i])) <=
+                storage_eps<Eigen::half>() * std::abs(a[i]) + 1e-7);
+      std::vector<double> dd(a.size());
+      TensorView<double> vd(dd.data(), T, H, D);
+      const Geometry g = packed(T, H, D);
+      std::vector<Eigen::half> hin = random_buffer<Eigen::half>(T * H * D, rng);
+      TensorView<const Eigen::half> vhin(hin.data(), T, H, D);
+      const std::vector<double> before(dd);
+      if (side == Side::Query)
+        peal::encode_queries(enc, vhin, vd, pv);
+      else
+        peal::encode_keys(enc, vhin, vd, pv);
+      compare_with_reference(enc, side, pv, hin, g, before, dd, g);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("encode: equally spaced positions (angle recurrence) at any offset",
+                   "[encode]", float, Eigen::half, double) {
+  // With float arithmetic, equal exact gaps advance the angles by a rotation instead of a
+  // new sincos per token (restarting every 32 tokens); the result must stay within the same
+  // per-element bound as the exact path, at small and at huge positions. Gaps that are not
+  // exact (0.1) or change mid-block take the exact path.
+  std::mt19937_64 rng(18);
+  for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
+    const auto enc = rope_bank(128, 10000.0, layout, 0.0);
+    const auto decay = rope_bank(64, 500.0, layout, -0.003);
+    for (double base : {0.0, -77.0, 1.7e9, 4.5e15}) {
+      for (double step : {1.0, 0.5, 0.1, -3.0}) {
+        const Index T = 97, H = 2;
+        std::vector<double> pv(static_cast<std::size_t>(T));
+        for (Index i = 0; i < T; ++i) pv[std::size_t(i)] = base + step * double(i);
+        CAPTURE(int(layout), base, step);
+        check_encode<TestType>(enc, Side::Key, pv, Positions::sequence(base, step),
+                               packed(T, H, 128), true, rng);
+        if (step == -3.0) pv[40] += 0.25;  // a broken run inside a block
+        check_encode<TestType>(enc, Side::Query, pv, Positions(pv), packed(T, H, 128), false, rng);
+        if (base == 0.0 || base == -77.0) {
+          for (auto& p : pv) p *= 0.3;  // keep |a t| moderate for half
+          check_encode<TestType>(decay, Side::Key, pv, Positions(pv), packed(T, H, 64), false, rng);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("encode: views from Eigen matrices", "[encode]") {
+  std::mt19937_64 rng(17);
+  const auto enc = rope_bank(8, 10000.0, Layout::HalfSplit);
+  Eigen::MatrixXf q = Eigen::MatrixXf::Random(5, 2 * 8);  // column major: elem stride 5
+  const Eigen::MatrixXf q0 = q;
+  const std::vector<double> pv = irregular(5, 0.0, rng);
+  peal::encode_queries(enc, TensorView<float>(q, 2), pv);
+  for (Index t = 0; t < 5; ++t)
+    for (Index h = 0; h < 2; ++h) {
+      Eigen::VectorXd ref = q0.row(t).segment(h * 8, 8).transpose().cast<double>();
+      enc.encode_query(ref, pv[std::size_t(t)]);
+      const Eigen::VectorXd got = q.row(t).segment(h * 8, 8).transpose().cast<double>();
+      CHECK((got - ref).cwiseAbs().maxCoeff() <= 16 * double(FLT_EPSILON));
+    }
+}
+
+TEST_CASE("encode: growth at large |a t| overflows by nature (not clamped)", "[encode]") {
+  // RetNet-like decay a = ln(1 - 2^-5) ~ -0.0317: the key factor e^{-a s} passes the float
+  // range (~3.4e38, |a s| > 88.7) at s ~ 2800. encode applies the global G(s): the result is
+  // inf, exactly what the scalar reference gives in float; scores() rebases instead.
+  const double a = std::log1p(-1.0 / 32);
+  const peal::Bank<peal::RotationBlock<double>> bank({peal::RotationBlock<double>(0.0L, a)});
+  std::vector<float> k = {1.0f, 0.0f};
+  peal::encode_keys(bank, TensorView<float>(k.data(), 1, 1, 2), std::vector<double>{4000.0});
+  CHECK(std::isinf(k[0]));
+  std::vector<double> kd = {1.0, 0.0};
+  peal::encode_keys(bank, TensorView<double>(kd.data(), 1, 1, 2), std::vector<double>{4000.0});
+  CHECK(kd[0] == Approx(std::exp(-a * 4000.0)).epsilon(1e-12));  // still finite in double
+}
+
+TEST_CASE("encode: errors", "[encode]") {
+  const auto enc = rope_bank(8, 10000.0, Layout::Interleaved);
+  std::vector<float> q(3 * 2 * 8, 1.0f), o(3 * 2 * 10, 0.0f);
+  TensorView<float> v(q.data(), 3, 2, 8);
+  const std::vector<double> pos3 = {0, 1, 2};
+
+  // dim mismatch
+  TensorView<float> wrong_dim(q.data(), 4, 2, 6);
+  CHECK_THROWS_AS(peal::encode_queries(enc, wrong_dim, Positions::sequence(0)),
+                  peal::invalid_argument);
+  CHECK_THROWS_WITH(peal::encode_keys(enc, wrong_dim, Positions::sequence(0)),
+                    Catch::Contains("dim 6") && Catch::Contains("size 8"));
+  CHECK_THROWS_AS(peal::shift_keys(enc, wrong_dim, 1.0), peal::invalid_argument);
+  // positions count mismatch
+  CHECK_THROWS_WITH(peal::encode_queries(enc, v, std::vector<double>{0, 1}),
+                    Catch::Contains("2 positions for 3 tokens"));
+  // NaN / inf position
+  const std::vector<double> bad = {0, std::nan(""), 2};
+  CHECK_THROWS_WITH(peal::encode_keys(enc, v, bad), Catch::Contains("finite"));
+  const std::vector<double> inf = {0, 1, HUGE_VAL};
+  CHECK_THROWS_AS(peal::encode_queries(enc, v, inf), peal::invalid_argument);
+  CHECK_THROWS_AS(peal::shift_keys(enc, v, std::nan("")), peal::invalid_argument);
+  // out-of-place extent mismatch
+  TensorView<float> other(o.data(), 3, 2, 10);
+  TensorView<float> fewer(o.data(), 2, 2, 8);
+  CHECK_THROWS_WITH(peal::encode_queries(enc, TensorView<const float>(v), fewer, pos3),
+                    Catch::Contains("[3, 2, 8]") && Catch::Contains("[2, 2, 8]"));
+  CHECK_THROWS_AS(peal::encode_keys(enc, v, other, pos3), peal::invalid_argument);
+  // Nothing was written by a failed call.
+  CHECK(std::all_of(q.begin(), q.end(), [](float x) { return x == 1.0f; }));
+  // Empty views are fine.
+  TensorView<float> empty(q.data(), 0, 2, 8);
+  peal::encode_queries(enc, empty, std::vector<double>{});
+  peal::shift_keys(enc, empty, 3.0);
+}
+
+TEMPLATE_TEST_CASE("shift_keys: equals encoding at s + delta", "[encode][shift]", float, double) {
+  // The shifted key is G(delta) (G(s) k) computed as two products, so its error is bounded
+  // by the rounding of both: 2 * 8 k_j eps_A (|G(delta)| |G(s)| |k|)_j + eps_T |ref_j|
+  // (same model as the header comment, one product after the other). The reference is
+  // encoded at fl(s + delta), which moves it by |X| |G| |k| eps_d |s + delta| (a phase
+  // term, Tol::phase of tolerances.hpp; it matters only for double).
+  using T = TestType;
+  const double eps = arith_eps<T>();
+  std::mt19937_64 rng(21);
+  auto run = [&](const auto& enc, double delta) {
+    const Index Tn = 17, H = 3, D = enc.dim();
+    const std::vector<double> s = irregular(Tn, -30.0, rng);
+    std::vector<double> s_shifted(s);
+    for (auto& x : s_shifted) x += delta;
+    std::vector<T> k = random_buffer<T>(Tn * H * D, rng), direct = k;
+    const std::vector<T> raw = k;
+    peal::encode_keys(enc, TensorView<T>(k.data(), Tn, H, D), s);
+    peal::shift_keys(enc, TensorView<T>(k.data(), Tn, H, D), delta);
+    peal::encode_keys(enc, TensorView<T>(direct.data(), Tn, H, D), s_shifted);
+    const Geometry g = packed(Tn, H, D);
+    compare_with_reference(enc, Side::Key, s_shifted, raw, g, raw, direct, g);
+    const Eigen::MatrixXd Gd = enc.G(delta);
+    const Eigen::MatrixXd Xabs = Eigen::MatrixXd(enc.generator()).cwiseAbs();
+    for (Index t = 0; t < Tn; ++t) {
+      const Eigen::MatrixXd Gs = enc.G(s[std::size_t(t)]);
+      const Eigen::MatrixXd Gsd = enc.G(s_shifted[std::size_t(t)]);
+      const double dtau = 2 * arith_eps<double>() * std::abs(s_shifted[std::size_t(t)]);
+      for (Index h = 0; h < H; ++h) {
+        Eigen::VectorXd x(D), got(D);
+        for (Index j = 0; j < D; ++j) {
+          x(j) = to_d(raw[std::size_t(g.at(t, h, j))]);
+          got(j) = to_d(k[std::size_t(g.at(t, h, j))]);
+        }
+        Eigen::VectorXd ref = x;
+        enc.encode_key(ref, s_shifted[std::size_t(t)]);
+        const Eigen::VectorXd mag = Gd.cwiseAbs() * (Gs.cwiseAbs() * x.cwiseAbs());
+        const Eigen::VectorXd phase = dtau * (Xabs * (Gsd.cwiseAbs() * x.cwiseAbs()));
+        for (Index j = 0; j < D; ++j) {
+          const double kj = double((Gs.row(j).array() != 0).count());
+          const double tol =
+              16 * kj * eps * mag(j) + storage_eps<T>() * std::abs(ref(j)) + 4 * phase(j);
+          if (!(std::abs(got(j) - ref(j)) <= tol)) {
+            CAPTURE(t, h, j, got(j), ref(j), tol);
+            FAIL("shifted key differs from the key encoded at s + delta");
+          }
+        }
+      }
+    }
+  };
+  const auto decay = rope_bank(64, 10000.0, Layout::Interleaved, -0.01);
+  const auto partial =
+      peal::compose(rope_bank(32, 500.0, Layout::HalfSplit), peal::PassThrough<double>(32));
+  const auto jordan =
+      peal::compose(peal::JordanBlock<3, double>(-0.01), rope_bank(4, 10.0, Layout::HalfSplit));
+  for (double delta : {1.0, -7.25, 0.0, 123.5}) {
+    CAPTURE(delta);
+    run(rope_bank(128, 10000.0, Layout::Interleaved), delta);
+    run(decay, delta);
+    run(partial, delta);
+    run(jordan, delta);
+  }
+}
+
+TEMPLATE_TEST_CASE("shift_keys: 1000 shifts by 1 neither drift nor change magnitude",
+                   "[encode][shift]", float, double) {
+  // Each shift multiplies every pair by the SAME rounded rotation (c~, s~) (one matrix for
+  // all tokens and steps), so its errors are systematic, not random, and add up linearly:
+  //   magnitude: |c~^2 + s~^2 - 1| <= 2 eps_A and the rotated pair is rounded again,
+  //              so each step scales the pair norm by at most 1 + 3 eps_A;
+  //   angle:     atan2(s~, c~) differs from omega by at most eps_A per step.
+  // After N steps both are bounded by ~3 N eps_A |k| (linear, worst case); compared with a
+  // direct encoding at s + N (itself within 8 eps_A |k| of the truth) the difference is
+  // at most (3 N + 8) eps_A |k|, elementwise, with |k| the norm of the pair.
+  using T = TestType;
+  const double eps = arith_eps<T>();
+  const int N = 1000;
+  std::mt19937_64 rng(22);
+  for (int which = 0; which < 2; ++which)
+    for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
+      const auto enc = which == 0 ? rope_bank(128, 10000.0, layout) : yarn_bank(128, layout);
+      const Index Tn = 9, H = 2, D = 128, n = 64;
+      const std::vector<double> s = irregular(Tn, 1000.0, rng);
+      std::vector<double> s_final(s);
+      for (auto& x : s_final) x += N;
+      std::vector<T> k = random_buffer<T>(Tn * H * D, rng), direct = k;
+      TensorView<T> vk(k.data(), Tn, H, D), vd(direct.data(), Tn, H, D);
+      peal::encode_keys(enc, vk, s);
+      const std::vector<T> k0 = k;
+      for (int step = 0; step < N; ++step) peal::shift_keys(enc, vk, 1.0);
+      peal::encode_keys(enc, vd, s_final);
+      double worst_norm = 0, worst_diff = 0;
+      for (Index t = 0; t < Tn; ++t)
+        for (Index h = 0; h < H; ++h)
+          for (Index i = 0; i < n; ++i) {
+            const Index j0 = enc.coordinate(int(i), 0), j1 = enc.coordinate(int(i), 1);
+            auto at = [&](const std::vector<T>& v, Index j) {
+              return to_d(v[std::size_t((t * H + h) * D + j)]);
+            };
+            const double r0 = std::hypot(at(k0, j0), at(k0, j1));
+            const double rN = std::hypot(at(k, j0), at(k, j1));
+            const double diff = std::max(std::abs(at(k, j0) - at(direct, j0)),
+                                         std::abs(at(k, j1) - at(direct, j1)));
+            worst_norm = std::max(worst_norm, std::abs(rN - r0) / (r0 * eps));
+            worst_diff = std::max(worst_diff, diff / (r0 * eps));
+          }
+      CAPTURE(which, int(layout), worst_norm, worst_diff);
+      CHECK(worst_norm <= 3.0 * N);
+      CHECK(worst_diff <= 3.0 * N + 8);
+    }
+}
+
+TEST_CASE("encode: the vectorizable exp of the growth factors", "[encode]") {
+  // detail::encode_kernels::exp_kernel against std::exp: <= 4 ulp where the result is
+  // normal, identical 0 / inf beyond the range, and close in the subnormal range (where
+  // the spacing is fixed, compare absolutely against the smallest subnormal).
+  using peal::detail::encode_kernels::exp_kernel;
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<double> u(-760, 720);
+  double worst = 0;
+  auto check = [&](double x) {
+    const double ref = std::exp(x), got = exp_kernel(x);
+    if (std::isinf(ref) || ref == 0) {
+      REQUIRE(got == ref);
+    } else if (ref < std::numeric_limits<double>::min()) {
+      REQUIRE(std::abs(got - ref) <= 2 * std::numeric_limits<double>::denorm_min());
+    } else {
+      const double ulps = std::abs(got - ref) / (std::numeric_limits<double>::epsilon() * ref);
+      worst = std::max(worst, ulps);
+      REQUIRE(ulps <= 4);
+    }
+  };
+  for (int i = 0; i < 200000; ++i) check(u(rng));
+  for (double x : {0.0, -0.0, 1e-300, -1e-300, 1.0, -1.0, 0.5 * std::log(2.0), 709.78, 709.79,
+                   710.0, 1e6, -708.3, -708.5, -744.4, -745.2, -746.0, -1e6})
+    check(x);
+  CAPTURE(worst);
+  CHECK(worst <= 4);
+}
+
+#ifdef _OPENMP
+TEST_CASE("encode: OpenMP threads give bitwise the same result", "[encode]") {
+  std::mt19937_64 rng(41);
+  const auto enc = peal::compose(rope_bank(64, 10000.0, Layout::Interleaved, -0.002),
+                                 peal::PassThrough<double>(8));
+  const Index T = 129, H = 8, D = enc.dim();  // 129 * 8 * 72 elements: above the threshold
+  REQUIRE(T * H * D >= peal::detail::encode_kernels::kParallelMinElements);
+  // Irregular gaps (one sincos per token) and equal gaps (the angle recurrence, which
+  // restarts every 32 tokens: threads must start on those boundaries).
+  std::vector<double> equal(static_cast<std::size_t>(T));
+  for (Index i = 0; i < T; ++i) equal[std::size_t(i)] = 100.0 + 3.0 * double(i);
+  for (const std::vector<double>& pv : {irregular(T, 0.0, rng), equal}) {
+    const std::vector<float> raw = random_buffer<float>(T * H * D, rng);
+    std::vector<float> one = raw, many = raw;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    peal::encode_keys(enc, TensorView<float>(one.data(), T, H, D), pv);
+    omp_set_num_threads(3);
+    peal::encode_keys(enc, TensorView<float>(many.data(), T, H, D), pv);
+    omp_set_num_threads(saved);
+    CHECK(one == many);
+  }
+}
+#endif

@@ -1,0 +1,855 @@
+// Tests of include/peal/scores.hpp: the fused, rebased scores kernel against the per-pair
+// form q_i^T A(t_i - s_j) k_j (the encoding's own score(), evaluated in double through the
+// lag t - s, never through F(t) and G(s)), over awkward sizes, misaligned and strided views,
+// every option, all storage types, and the numerics that motivate rebasing.
+//
+// Tolerance (per element; M_ij = |scale| γ^τ |q_i| ‖A(τ)‖ |k_j| + |m| (|τ| + w), τ = t_i - s_j):
+//   |out - ref| <= c (d + 16) eps_C ρ M_ij + eps_out |ref| + floor
+// eps_C: epsilon of the arithmetic type (float for float/half/bfloat16 storage, double when
+//   q or k stores double). The fused kernel computes each score as one d-term dot product of
+//   encoded vectors q̃, k̃ whose entries carry a few roundings each (coefficients rounded from
+//   double, the relative table, the per-tile cross factor, the row scale): the classical
+//   bound |fl(x.y) - x.y| <= gamma_d |x|.|y| (Higham, Thm 3.5) with |q̃|.|k̃| <= |q| ‖A(τ)‖ |k|
+//   for block-diagonal rotation/scale encodings gives (d + ~8) eps |q| ‖A‖ |k|; c = 2 is slack.
+//   ‖A(τ)‖ is bounded above by max(‖A‖_1, ‖A‖_inf) (which bounds the 2-norm).
+// ρ: 1 for diagonalisable encodings; (1 + 2 h_q + 2 h_k)^p for Jordan chains of length p + 1,
+//   h the half-spread of the tiles (docs/kernels-scores.md, "Rebasing").
+// The ALiBi term -m τ is formed as -m (t_i - T) - m (T - s_j) around the tile anchor T,
+//   two roundings in the output type of terms at most |m| (|τ| + w), w the tile width.
+// eps_out: the final rounding to the output type (float out with double arithmetic).
+// floor: FLT_MIN-scale absolute slack for scores that underflow the float range.
+#include <Eigen/SVD>
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <peal/peal.hpp>
+#include <peal/scores.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using peal::Index;
+using peal::Positions;
+using peal::ScoreOptions;
+using peal::Strides;
+using peal::TensorView;
+namespace sk = peal::detail::scores_kernels;
+
+template <class T>
+double to_double(T x) {
+  return double(static_cast<float>(x));
+}
+template <>
+double to_double<double>(double x) {
+  return x;
+}
+template <class T>
+T from_double(double x) {
+  return T(static_cast<float>(x));
+}
+template <>
+double from_double<double>(double x) {
+  return x;
+}
+
+/// Caller memory of storage T laid out with arbitrary strides and a leading offset; padding
+/// is filled with NaN so that any read outside the view poisons the result.
+template <class T>
+struct Stored {
+  std::vector<T> buf;
+  TensorView<T> view;
+  Index n, H, d;
+  std::vector<double> val;  // [n][H][d], the stored (rounded) values
+  const double* vec(Index t, Index h) const { return val.data() + (t * H + h) * d; }
+};
+
+enum class Layout { dense, offset_padded, elem_stride2, heads_major };
+
+inline Strides strides_for(Layout l, Index n, Index H, Index d) {
+  switch (l) {
+    case Layout::dense:
+      return {H * d, d, 1};
+    case Layout::offset_padded:
+      return {H * (d + 3) + 5, d + 3, 1};
+    case Layout::elem_stride2:
+      return {2 * H * d + 1, 2 * d, 2};
+    case Layout::heads_major:
+      return {d, n * d + 7, 1};
+  }
+  return {H * d, d, 1};
+}
+
+template <class T>
+Stored<T> make_stored(Index n, Index H, Index d, Layout l, std::mt19937& rng, double sigma = 1) {
+  Stored<T> s;
+  s.n = n, s.H = H, s.d = d;
+  const Strides st = strides_for(l, n, H, d);
+  const Index offset = l == Layout::dense ? 0 : 1;
+  Index span = 1;
+  if (n > 0 && H > 0 && d > 0)
+    span = (n - 1) * st.token + (H - 1) * st.head + (d - 1) * st.elem + 1;
+  s.buf.assign(std::size_t(span + offset + 8),
+               from_double<T>(std::numeric_limits<double>::quiet_NaN()));
+  s.view = TensorView<T>(s.buf.data() + offset, n, H, d, st);
+  s.val.resize(std::size_t(n * H * d));
+  std::normal_distribution<double> N(0.0, sigma);
+  for (Index t = 0; t < n; ++t)
+    for (Index h = 0; h < H; ++h)
+      for (Index e = 0; e < d; ++e) {
+        const T x = from_double<T>(N(rng));
+        s.view(t, h, e) = x;
+        s.val[std::size_t((t * H + h) * d + e)] = to_double(x);
+      }
+  return s;
+}
+
+/// The same values in another memory layout.
+template <class T>
+Stored<T> restride(const Stored<T>& src, Layout l) {
+  std::mt19937 unused(0);
+  Stored<T> s = make_stored<T>(src.n, src.H, src.d, l, unused);
+  s.val = src.val;
+  for (Index t = 0; t < src.n; ++t)
+    for (Index h = 0; h < src.H; ++h)
+      for (Index e = 0; e < src.d; ++e) s.view(t, h, e) = src.view(t, h, e);
+  return s;
+}
+
+/// Upper bound of the 2-norm of A(τ): max(‖A‖_1, ‖A‖_inf).
+template <class E>
+double norm_bound(const E& enc, double tau) {
+  const Eigen::MatrixXd A = peal::Matrix<typename E::Scalar>(enc.A(tau)).template cast<double>();
+  if (A.size() == 0) return 0;
+  return std::max(A.cwiseAbs().rowwise().sum().maxCoeff(), A.cwiseAbs().colwise().sum().maxCoeff());
+}
+
+/// Raw reference scores q_i^T A(t_i - s_j) k_j (double, via enc.score) and the magnitudes
+/// |q_i| ‖A(τ)‖ |k_j|, for every query head h (key head h / G).
+struct Reference {
+  Index Hq, nq, nk;
+  std::vector<double> raw, mag;
+  double& at(std::vector<double>& v, Index h, Index i, Index j) {
+    return v[std::size_t((h * nq + i) * nk + j)];
+  }
+  double get(const std::vector<double>& v, Index h, Index i, Index j) const {
+    return v[std::size_t((h * nq + i) * nk + j)];
+  }
+};
+
+template <class E>
+Reference reference(const E& enc, const std::vector<double>& qv, const std::vector<double>& kv,
+                    Index nq, Index nk, Index Hq, Index Hk, Index d, const std::vector<double>& tq,
+                    const std::vector<double>& tk) {
+  using S = typename E::Scalar;
+  Reference r{Hq, nq, nk, {}, {}};
+  r.raw.assign(std::size_t(Hq * nq * nk), 0.0);
+  r.mag.assign(r.raw.size(), 0.0);
+  const Index G = Hq / Hk;
+  std::map<double, double> norms;
+  peal::Vector<S> q(d), k(d);
+  for (Index h = 0; h < Hq; ++h)
+    for (Index i = 0; i < nq; ++i) {
+      for (Index e = 0; e < d; ++e) q(e) = S(qv[std::size_t((i * Hq + h) * d + e)]);
+      const double qn = double(q.norm());
+      for (Index j = 0; j < nk; ++j) {
+        for (Index e = 0; e < d; ++e) k(e) = S(kv[std::size_t((j * Hk + h / G) * d + e)]);
+        const double tau = tq[std::size_t(i)] - tk[std::size_t(j)];
+        auto it = norms.find(tau);
+        if (it == norms.end()) it = norms.emplace(tau, norm_bound(enc, tau)).first;
+        r.at(r.raw, h, i, j) = double(enc.score(q, tq[std::size_t(i)], k, tk[std::size_t(j)]));
+        r.at(r.mag, h, i, j) = qn * it->second * double(k.norm());
+      }
+    }
+  return r;
+}
+
+std::vector<double> positions_of(const Positions& p, Index n) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (Index i = 0; i < n; ++i) v[std::size_t(i)] = p[i];
+  return v;
+}
+
+/// Compares out (any strides) with the options applied to the raw reference.
+template <class Out>
+void check_scores(const TensorView<Out>& out, const Reference& ref, const std::vector<double>& tq,
+                  const std::vector<double>& tk, const ScoreOptions& opt, double eps_c, Index d,
+                  double rho = 1, double width = 512, double floor = 0) {
+  const double eps_out = std::numeric_limits<Out>::epsilon();
+  double worst = 0;
+  Index bad = 0;
+  std::string first;
+  for (Index h = 0; h < ref.Hq; ++h)
+    for (Index i = 0; i < ref.nq; ++i)
+      for (Index j = 0; j < ref.nk; ++j) {
+        const double t = tq[std::size_t(i)], s = tk[std::size_t(j)], tau = t - s;
+        const double got = double(out(h, i, j));
+        if (opt.causal && s > t) {
+          if (!(std::isinf(got) && got < 0)) {
+            if (!bad++)
+              first = "masked entry (" + std::to_string(h) + "," + std::to_string(i) + "," +
+                      std::to_string(j) + ") = " + std::to_string(got);
+          }
+          continue;
+        }
+        const double g =
+            opt.decay.empty() ? 1.0 : std::exp(std::log(opt.decay[std::size_t(h)]) * tau);
+        const double m = opt.alibi_slopes.empty() ? 0.0 : opt.alibi_slopes[std::size_t(h)];
+        const double want = opt.scale * g * ref.get(ref.raw, h, i, j) - m * tau;
+        const double M = std::abs(opt.scale) * g * ref.get(ref.mag, h, i, j);
+        const double tol = 2.0 * double(d + 16) * eps_c * rho * M +
+                           4.0 * eps_out * std::abs(m) * (std::abs(tau) + width) +
+                           eps_out * std::abs(want) + floor;
+        const double err = std::abs(got - want);
+        if (!(err <= tol)) {
+          if (!bad++)
+            first = "(" + std::to_string(h) + "," + std::to_string(i) + "," + std::to_string(j) +
+                    "): got " + std::to_string(got) + " want " + std::to_string(want) + " tol " +
+                    std::to_string(tol);
+        }
+        if (M > 0) worst = std::max(worst, err / M);
+      }
+  INFO("first mismatch " << first << "; worst |err| / (|q| |A| |k|) = " << worst);
+  CHECK(bad == 0);
+}
+
+std::vector<peal::RotationBlock<double>> rope_blocks(int pairs, double theta = 10000.0,
+                                                     double a = 0.0) {
+  std::vector<peal::RotationBlock<double>> b;
+  for (int i = 0; i < pairs; ++i)
+    b.emplace_back(std::pow(static_cast<long double>(theta), -2.0L * i / (2.0L * pairs)), a);
+  return b;
+}
+using Rot = peal::RotationBlock<double>;
+using RotBank = peal::Bank<Rot>;
+
+RotBank rope_bank(int pairs, peal::Layout layout = peal::Layout::Interleaved, double a = 0.0) {
+  return RotBank(rope_blocks(pairs, 10000.0, a), layout);
+}
+/// xPos-like: per-pair decays a_i = ln(ζ_i) / 512 (docs/presets.md §9).
+RotBank xpos_like(int pairs) {
+  std::vector<Rot> b;
+  const double d = 2.0 * pairs;
+  for (int i = 0; i < pairs; ++i)
+    b.emplace_back(std::pow(10000.0L, -2.0L * i / d),
+                   std::log((2.0 * i + 0.4 * d) / (1.4 * d)) / 512);
+  return RotBank(b);
+}
+
+/// One problem (q, k, positions), its reference, and the fused kernel under a given layout,
+/// output type, tiles and options.
+template <class T, class E>
+struct Case {
+  const E& enc;
+  Index nq, nk, Hq, Hk, d;
+  Positions tq, tk;
+  std::vector<double> tqv, tkv;
+  Stored<T> q, k;
+  Reference ref;
+
+  Case(const E& e, Index nq_, Index nk_, Index Hq_, Index Hk_, Positions tq_, Positions tk_,
+       Layout lq, Layout lk, std::mt19937& rng)
+      : enc(e),
+        nq(nq_),
+        nk(nk_),
+        Hq(Hq_),
+        Hk(Hk_),
+        d(Index(e.dim())),
+        tq(tq_),
+        tk(tk_),
+        tqv(positions_of(tq_, nq_)),
+        tkv(positions_of(tk_, nk_)),
+        q(make_stored<T>(nq_, Hq_, d, lq, rng)),
+        k(make_stored<T>(nk_, Hk_, d, lk, rng)),
+        ref(reference(e, q.val, k.val, nq, nk, Hq, Hk, d, tqv, tkv)) {}
+
+  // width: bound of |t - anchor| + |anchor - t'| within a tile (< 0: from the tile size).
+  template <class Out>
+  void run_and_check(const ScoreOptions& opt, int out_layout, double eps_c, double rho = 1,
+                     double width = -1, double floor = 0) {
+    run_and_check_views<Out>(q.view, k.view, opt, out_layout, eps_c, rho, width, floor);
+  }
+  template <class Out>
+  void run_and_check_views(TensorView<const T> qv, TensorView<const T> kv, const ScoreOptions& opt,
+                           int out_layout, double eps_c, double rho = 1, double width = -1,
+                           double floor = 0) {
+    // out_layout: 0 dense, 1 offset + padded rows, 2 column-major per head, 3 heads innermost
+    Strides st{nq * nk, nk, 1};
+    Index off = 0;
+    if (out_layout == 1) st = {nq * (nk + 3) + 2, nk + 3, 1}, off = 1;
+    if (out_layout == 2) st = {nq * nk, 1, nq};
+    if (out_layout == 3) st = {1, Hq * nk, Hq};
+    Index span = 1 + (Hq - 1) * st.token + (nq - 1) * st.head + (nk - 1) * st.elem;
+    const Out sentinel = Out(12345.0);
+    std::vector<Out> buf(std::size_t(span + off + 4), sentinel);
+    TensorView<Out> out(buf.data() + off, Hq, nq, nk, st);
+    peal::scores(enc, qv, tq, kv, tk, out, opt);
+    if (width < 0)
+      width = double(std::max(opt.query_tile, Index(256))) *
+              (nq > 1 ? std::abs(tqv[1] - tqv[0]) + 1 : 1.0);
+    check_scores(out, ref, tqv, tkv, opt, eps_c, d, rho, width, floor);
+    // Nothing outside the view was written.
+    std::vector<char> inside(buf.size(), 0);
+    for (Index h = 0; h < Hq; ++h)
+      for (Index i = 0; i < nq; ++i)
+        for (Index j = 0; j < nk; ++j)
+          inside[std::size_t(off + h * st.token + i * st.head + j * st.elem)] = 1;
+    Index touched = 0;
+    for (std::size_t x = 0; x < buf.size(); ++x) touched += !inside[x] && buf[x] != sentinel;
+    CHECK(touched == 0);
+  }
+};
+
+constexpr double eps_f = std::numeric_limits<float>::epsilon();
+constexpr double eps_d = std::numeric_limits<double>::epsilon();
+
+}  // namespace
+
+// ---- Awkward sizes, dims, layouts ---------------------------------------------------------
+
+TEST_CASE("scores: RoPE banks (both layouts) and partial rotary over awkward sizes", "[scores]") {
+  std::mt19937 rng(20240601);
+  const std::vector<std::pair<Index, Index>> sizes = {
+      {1, 1}, {3, 7}, {7, 3}, {17, 63}, {63, 65}, {65, 17}, {257, 17}, {17, 257}, {257, 257}};
+  for (int d : {2, 6, 64, 128}) {
+    for (auto layout : {peal::Layout::Interleaved, peal::Layout::HalfSplit}) {
+      const RotBank enc = rope_bank(d / 2, layout);
+      for (auto [nq, nk] : sizes) {
+        // Keep the per-pair reference cheap (also in unoptimised builds): 257 x 257 for d = 2,
+        // 257 x 17 for d = 6, up to 65 x 63 for d = 64 and 128.
+        if ((nq * nk > 257 * 17 && d > 2) || (nq * nk > 65 * 63 && d > 6)) continue;
+        const Index H = nq * nk > 4096 ? 1 : 2;
+        CAPTURE(d, int(layout), nq, nk);
+        Case<float, RotBank> c(enc, nq, nk, H, H, Positions::sequence(double(nk - nq)),
+                               Positions::sequence(0.0), Layout::dense, Layout::dense, rng);
+        ScoreOptions opt;
+        c.run_and_check<float>(opt, 0, eps_f);
+        ScoreOptions small;  // many partial tiles even at these sizes
+        small.query_tile = 16;
+        small.key_tile = 32;
+        small.causal = true;
+        c.run_and_check<float>(small, 0, eps_f);
+      }
+    }
+  }
+  // Partial rotary: rotate the first 4 of 6 (or 48 of 64) coordinates, pass the rest.
+  for (int d : {6, 64}) {
+    const int rot = d == 6 ? 4 : 48;
+    for (auto layout : {peal::Layout::Interleaved, peal::Layout::HalfSplit}) {
+      const auto enc =
+          peal::compose(rope_bank(rot / 2, layout), peal::PassThrough<double>(d - rot));
+      for (auto [nq, nk] : std::vector<std::pair<Index, Index>>{{7, 3}, {63, 65}, {257, 17}}) {
+        if (d == 64 && nq == 257) continue;
+        CAPTURE(d, int(layout), nq, nk);
+        Case<float, decltype(enc)> c(enc, nq, nk, 2, 1, Positions::sequence(5.0),
+                                     Positions::sequence(0.0), Layout::dense, Layout::dense, rng);
+        ScoreOptions opt;
+        opt.causal = true;
+        c.run_and_check<float>(opt, 0, eps_f);
+        opt.query_tile = 7;
+        opt.key_tile = 9;
+        c.run_and_check<float>(opt, 1, eps_f);
+      }
+    }
+  }
+}
+
+TEST_CASE("scores: misaligned, padded and strided views, every output layout", "[scores]") {
+  std::mt19937 rng(7);
+  const RotBank enc = xpos_like(16);  // d = 32, decaying: the rebasing path
+  Case<float, RotBank> c0(enc, 65, 63, 4, 2, Positions::sequence(100.0, 2.0),
+                          Positions::sequence(1.0, 2.0), Layout::dense, Layout::dense, rng);
+  for (Layout lq :
+       {Layout::dense, Layout::offset_padded, Layout::elem_stride2, Layout::heads_major})
+    for (Layout lk : {Layout::dense, Layout::offset_padded, Layout::elem_stride2}) {
+      CAPTURE(int(lq), int(lk));
+      const Stored<float> q = restride(c0.q, lq), k = restride(c0.k, lk);
+      for (int ol = 0; ol < 4; ++ol) {
+        CAPTURE(ol);
+        ScoreOptions opt;
+        opt.scale = 0.125;
+        opt.query_tile = 16;
+        opt.key_tile = 24;
+        c0.run_and_check_views<float>(q.view, k.view, opt, ol, eps_f);
+        if (lq == lk) c0.run_and_check_views<double>(q.view, k.view, opt, ol, eps_f);  // double out
+      }
+    }
+  // A pure rotation read in place (dense float q/k, identity-free) and the identity encoding
+  // read straight from caller memory (ALiBi-only), on misaligned views.
+  const RotBank rope = rope_bank(16);
+  Case<float, RotBank> c(rope, 40, 50, 2, 2, Positions::sequence(10.0), Positions::sequence(0.0),
+                         Layout::offset_padded, Layout::offset_padded, rng);
+  c.run_and_check<float>(ScoreOptions{}, 1, eps_f);
+  const peal::PassThrough<double> id(32);
+  Case<float, peal::PassThrough<double>> ci(id, 40, 50, 2, 2, Positions::sequence(10.0),
+                                            Positions::sequence(0.0), Layout::offset_padded,
+                                            Layout::dense, rng);
+  ScoreOptions al;
+  al.alibi_slopes = {0.5, 0.0625};
+  al.causal = true;
+  for (int ol = 0; ol < 4; ++ol) ci.run_and_check<float>(al, ol, eps_f);
+}
+
+// ---- Options ------------------------------------------------------------------------------
+
+TEST_CASE("scores: causal, scale, ALiBi, decay and grouped-query heads", "[scores]") {
+  std::mt19937 rng(99);
+  const RotBank rope = rope_bank(8);  // d = 16
+  for (Index G : {1, 2, 4}) {
+    const Index Hk = 2, Hq = Hk * G;
+    // Chunked prefill: 37 queries at the end of 101 keys.
+    Case<float, RotBank> c(rope, 37, 101, Hq, Hk, Positions::sequence(64.0),
+                           Positions::sequence(0.0), Layout::dense, Layout::dense, rng);
+    std::vector<double> slopes, same, diff;
+    for (Index h = 0; h < Hq; ++h) {
+      slopes.push_back(std::pow(2.0, -double(h + 1)));
+      same.push_back(0.9 + 0.02 * double(h / G));  // equal within a group: folded into keys
+      diff.push_back(1.0 - std::pow(2.0, -double(h + 3)));  // differ within a group
+    }
+    for (int variant = 0; variant < 6; ++variant) {
+      ScoreOptions opt;
+      opt.query_tile = 16;
+      opt.key_tile = 32;
+      opt.causal = variant % 2 == 0;
+      opt.scale = variant >= 2 ? 0.25 : 1.0;
+      if (variant >= 2) opt.alibi_slopes = slopes;
+      if (variant == 4) opt.decay = same;
+      if (variant == 5) opt.decay = diff;
+      CAPTURE(G, variant);
+      c.run_and_check<float>(opt, 0, eps_f);
+      c.run_and_check<double>(opt, 2, eps_f);
+    }
+  }
+  // Scalar decay on a pure rotation equals the same rotation with a = ln γ on every pair.
+  {
+    const double gamma = 1.0 - std::pow(2.0, -5.0);
+    const RotBank decaying = rope_bank(8, peal::Layout::Interleaved, std::log(gamma));
+    Case<float, RotBank> a(decaying, 50, 50, 1, 1, Positions::sequence(0.0),
+                           Positions::sequence(0.0), Layout::dense, Layout::dense, rng);
+    std::vector<float> o1(2500), o2(2500);
+    ScoreOptions causal;
+    causal.causal = true;
+    peal::scores(decaying, TensorView<const float>(a.q.view), a.tq,
+                 TensorView<const float>(a.k.view), a.tk, peal::make_view(o1.data(), 1, 50, 50),
+                 causal);
+    ScoreOptions dec = causal;
+    dec.decay = {gamma};
+    peal::scores(rope, TensorView<const float>(a.q.view), a.tq, TensorView<const float>(a.k.view),
+                 a.tk, peal::make_view(o2.data(), 1, 50, 50), dec);
+    for (std::size_t x = 0; x < o1.size(); ++x) {
+      if (std::isinf(o1[x])) {
+        CHECK(o1[x] == o2[x]);
+        continue;
+      }
+      CHECK(std::abs(o1[x] - o2[x]) <= 1e-4f * (1.0f + std::abs(o1[x])));
+    }
+  }
+}
+
+TEST_CASE("scores: storage types and arithmetic", "[scores]") {
+  std::mt19937 rng(5);
+  const RotBank enc = xpos_like(12);  // d = 24
+  const auto tq = Positions::sequence(3.0), tk = Positions::sequence(0.0);
+  ScoreOptions opt;
+  opt.causal = true;
+  opt.alibi_slopes = {0.25, 0.5};
+  opt.query_tile = 16;
+  opt.key_tile = 16;
+  Case<Eigen::half, RotBank> h(enc, 40, 43, 2, 2, tq, tk, Layout::offset_padded, Layout::dense,
+                               rng);
+  h.run_and_check<float>(opt, 0, eps_f);
+  Case<Eigen::bfloat16, RotBank> b(enc, 40, 43, 2, 2, tq, tk, Layout::dense, Layout::elem_stride2,
+                                   rng);
+  b.run_and_check<double>(opt, 1, eps_f);
+  Case<double, RotBank> dd(enc, 40, 43, 2, 2, tq, tk, Layout::offset_padded, Layout::dense, rng);
+  dd.run_and_check<double>(opt, 0, eps_d);
+  dd.run_and_check<float>(opt, 3, eps_d);  // double arithmetic, float out
+  // Mixed: float queries with double keys compute in double.
+  Stored<float> qf = make_stored<float>(9, 2, 24, Layout::dense, rng);
+  Stored<double> kd = make_stored<double>(11, 2, 24, Layout::dense, rng);
+  std::vector<double> out(2 * 9 * 11), want(out.size());
+  peal::scores(enc, qf.view, tq, kd.view, tk, peal::make_view(out.data(), 2, 9, 11));
+  peal::scores_reference(enc, qf.view, tq, kd.view, tk, peal::make_view(want.data(), 2, 9, 11));
+  for (std::size_t x = 0; x < out.size(); ++x)
+    CHECK(std::abs(out[x] - want[x]) <= 1e-12 * (1 + std::abs(want[x])));
+}
+
+TEST_CASE("scores: compositions, Jordan blocks, basis change and a user encoding", "[scores]") {
+  std::mt19937 rng(11);
+  // Mixed composition; deg 1 Jordan chains (tile spread unrestricted in float: (1 + 4h) <= 2^12).
+  const auto mix = peal::compose(rope_bank(4, peal::Layout::HalfSplit, -0.002),
+                                 peal::RotationJordanBlock<2, double>(0.3, -0.001),
+                                 peal::JordanBlock<2, double>(0.0), peal::RealBlock<double>(-0.01),
+                                 peal::PassThrough<double>(3));
+  Case<float, decltype(mix)> c(mix, 70, 90, 2, 2, Positions::sequence(20.0),
+                               Positions::sequence(0.0), Layout::dense, Layout::dense, rng);
+  for (Index tile : {8, 0}) {
+    ScoreOptions opt;
+    opt.query_tile = tile;
+    opt.key_tile = tile;
+    const double w = tile ? double(tile) : 256.0;
+    c.run_and_check<float>(opt, 0, eps_f, 1 + 2 * w);  // ρ = (1 + 2h_q + 2h_k)^1, h <= w / 2
+  }
+  // Banks of real and Jordan blocks.
+  const peal::Bank<peal::RealBlock<double>> reals(std::vector<peal::RealBlock<double>>{
+      peal::RealBlock<double>(-0.05), peal::RealBlock<double>(0.01), peal::RealBlock<double>(0.0)});
+  Case<double, decltype(reals)> r(reals, 30, 30, 1, 1, Positions::sequence(0.0),
+                                  Positions::sequence(0.0), Layout::dense, Layout::dense, rng);
+  r.run_and_check<double>(ScoreOptions{}, 0, eps_d);
+  // Basis change: X = P J P^{-1}.
+  Eigen::MatrixXd P = Eigen::MatrixXd::Identity(8, 8) + 0.3 * Eigen::MatrixXd::Random(8, 8);
+  const auto bc = peal::change_basis(rope_bank(4, peal::Layout::Interleaved, -0.01), P);
+  Case<double, decltype(bc)> b(bc, 25, 31, 2, 1, Positions::sequence(7.0), Positions::sequence(0.0),
+                               Layout::dense, Layout::offset_padded, rng);
+  ScoreOptions bo;
+  bo.query_tile = 6;
+  bo.key_tile = 10;
+  // |q||A||k| is measured in the original basis; P^T and P^{-1} add cond(P) to the error.
+  const Eigen::JacobiSVD<Eigen::MatrixXd> svd(P);
+  const double cond = svd.singularValues()(0) / svd.singularValues()(7);
+  b.run_and_check<double>(bo, 0, eps_d, cond * cond);
+  // A single RotationJordanBlock<3>: a chain of length 3 (p = 2), half-step positions.
+  const auto lone = peal::RotationJordanBlock<3, double>(0.2, -0.003);
+  Case<float, decltype(lone)> l(lone, 21, 22, 1, 1, Positions::sequence(0.5, 0.5),
+                                Positions::sequence(0.0, 0.5), Layout::dense, Layout::dense, rng);
+  ScoreOptions lo;
+  lo.query_tile = 4;
+  lo.key_tile = 4;
+  l.run_and_check<float>(lo, 0, eps_f, std::pow(1 + 2 * 2.0, 2));
+}
+
+namespace {
+// A user-defined encoding peal has no coder for: RoPE written by hand (fallback path).
+struct MyRope : peal::Encoding<MyRope, double> {
+  using MatrixType = peal::Matrix<double>;
+  RotBank bank = rope_bank(3);
+  int dim() const { return 6; }
+  MatrixType generator() const { return bank.generator(); }
+  MatrixType A(double tau) const { return bank.A(tau); }
+  template <class V>
+  void apply(V&& v, double tau, bool transpose) const {
+    bank.apply(v, tau, transpose);
+  }
+};
+}  // namespace
+
+TEST_CASE("scores: a user-defined encoding goes through the generic fallback", "[scores]") {
+  std::mt19937 rng(3);
+  const MyRope enc;
+  Case<float, MyRope> c(enc, 33, 29, 2, 2, Positions::sequence(0.0), Positions::sequence(0.0),
+                        Layout::dense, Layout::dense, rng);
+  ScoreOptions opt;
+  opt.causal = true;
+  opt.query_tile = 8;
+  c.run_and_check<float>(opt, 0, eps_f);
+}
+
+TEST_CASE("scores: thread count does not change the result; empty problems", "[scores]") {
+  std::mt19937 rng(17);
+  const RotBank enc = xpos_like(16);
+  // 2 x 4 x 400 x 380 x 32 flops: enough work for the kernel to start two threads.
+  Stored<float> q = make_stored<float>(400, 4, 32, Layout::dense, rng);
+  Stored<float> k = make_stored<float>(380, 2, 32, Layout::dense, rng);
+  std::vector<float> a(4 * 400 * 380), b(a.size());
+  ScoreOptions opt;
+  opt.causal = true;
+  opt.decay = {0.99, 0.98, 0.97, 0.96};
+  opt.query_tile = 32;
+  opt.key_tile = 64;
+  opt.threads = 1;
+  peal::scores(enc, q.view, Positions::sequence(0.0), k.view, Positions::sequence(0.0),
+               peal::make_view(a.data(), 4, 400, 380), opt);
+  opt.threads = 2;
+  peal::scores(enc, q.view, Positions::sequence(0.0), k.view, Positions::sequence(0.0),
+               peal::make_view(b.data(), 4, 400, 380), opt);
+  CHECK(a == b);
+
+  std::vector<float> none;
+  Stored<float> q0 = make_stored<float>(0, 4, 32, Layout::dense, rng);
+  CHECK_NOTHROW(peal::scores(enc, q0.view, Positions::sequence(0.0), k.view,
+                             Positions::sequence(0.0), peal::make_view(none.data(), 4, 0, 380)));
+  // d = 0: the score is the ALiBi bias alone.
+  const peal::PassThrough<double> empty(0);
+  std::vector<float> e(2 * 3 * 4);
+  ScoreOptions al;
+  al.alibi_slopes = {1.0, 0.5};
+  peal::scores(empty, TensorView<const float>(nullptr, 3, 2, 0), Positions::sequence(10.0),
+               TensorView<const float>(nullptr, 4, 2, 0), Positions::sequence(0.0),
+               peal::make_view(e.data(), 2, 3, 4), al);
+  CHECK(e[0] == -10.0f);
+  CHECK(e[std::size_t((1 * 3 + 2) * 4 + 3)] == Approx(-0.5 * (12.0 - 3.0)));
+}
+
+TEST_CASE("scores: shared tables are reused across calls only for the same encoding and tiles",
+          "[scores]") {
+  std::mt19937 rng(23);
+  Stored<float> q = make_stored<float>(70, 2, 16, Layout::dense, rng);
+  Stored<float> k = make_stored<float>(90, 2, 16, Layout::dense, rng);
+  const RotBank a = rope_bank(8);
+  std::vector<Rot> bb = rope_blocks(8);
+  bb[3] = Rot(bb[3].omega() * 1.01L, 0.0);  // one frequency differs
+  const RotBank b(bb);
+  auto run = [&](const RotBank& e, double step) {
+    std::vector<float> o(2 * 70 * 90);
+    peal::scores(e, q.view, Positions::sequence(0.0, step), k.view, Positions::sequence(0.0, step),
+                 peal::make_view(o.data(), 2, 70, 90));
+    return o;
+  };
+  const auto b1 = run(b, 1.0), b_step2 = run(b, 2.0);
+  const auto a1 = run(a, 1.0);
+  const auto b2 = run(b, 1.0);
+  const auto b_step2_again = run(b, 2.0);
+  CHECK(b1 == b2);  // bitwise: same tables whether cached or recomputed
+  CHECK(b_step2 == b_step2_again);
+  CHECK(a1 != b1);
+  CHECK(b1 != b_step2);
+}
+
+// ---- Validation ---------------------------------------------------------------------------
+
+TEST_CASE("scores: invalid arguments are rejected with clear errors", "[scores]") {
+  std::mt19937 rng(1);
+  const RotBank enc = rope_bank(4);  // d = 8
+  Stored<float> q = make_stored<float>(5, 4, 8, Layout::dense, rng);
+  Stored<float> k = make_stored<float>(6, 2, 8, Layout::dense, rng);
+  Stored<float> k3 = make_stored<float>(6, 3, 8, Layout::dense, rng);
+  Stored<float> k7 = make_stored<float>(6, 2, 7, Layout::dense, rng);
+  std::vector<float> o(4 * 5 * 6);
+  auto out = peal::make_view(o.data(), 4, 5, 6);
+  const auto p = Positions::sequence(0.0);
+  using Catch::Matchers::Contains;
+  auto call = [&](const ScoreOptions& opt) { peal::scores(enc, q.view, p, k.view, p, out, opt); };
+  REQUIRE_NOTHROW(call(ScoreOptions{}));
+  REQUIRE_THROWS_WITH(peal::scores(enc, q.view, p, k7.view, p, out), Contains("must have dim 8"));
+  REQUIRE_THROWS_WITH(peal::scores(enc, q.view, p, k3.view, p, out),
+                      Contains("multiple of the number of key heads"));
+  REQUIRE_THROWS_WITH(peal::scores(enc, q.view, p, k.view, p, peal::make_view(o.data(), 4, 6, 5)),
+                      Contains("expected [Hq, nq, nk] = [4, 5, 6]"));
+  const std::vector<double> three = {0, 1, 2};
+  REQUIRE_THROWS_WITH(peal::scores(enc, q.view, Positions(three), k.view, p, out),
+                      Contains("3 positions for 5 tokens"));
+  std::vector<double> nan5 = {0, 1, std::nan(""), 3, 4};
+  REQUIRE_THROWS_AS(peal::scores(enc, q.view, Positions(nan5), k.view, p, out),
+                    peal::invalid_argument);
+  std::vector<double> far5 = {-1e308, 0, 0, 0, 0};
+  std::vector<double> far6 = {1e308, 0, 0, 0, 0, 0};
+  REQUIRE_THROWS_WITH(peal::scores(enc, q.view, Positions(far5), k.view, Positions(far6), out),
+                      Contains("differences of positions overflow"));
+  ScoreOptions o1;
+  o1.alibi_slopes = {1, 2};
+  REQUIRE_THROWS_WITH(call(o1), Contains("2 ALiBi slopes for 4 query heads"));
+  ScoreOptions o2;
+  o2.decay = {0.9, 0.9, 0.9};
+  REQUIRE_THROWS_WITH(call(o2), Contains("3 decays for 4 query heads"));
+  ScoreOptions o3;
+  o3.decay = {0.9, 1.5, 0.9, 0.9};
+  REQUIRE_THROWS_WITH(call(o3), Contains("decay gamma must be in (0, 1]"));
+  o3.decay = {0.9, 0.0, 0.9, 0.9};
+  REQUIRE_THROWS_WITH(call(o3), Contains("decay gamma must be in (0, 1]"));
+  ScoreOptions o4;
+  o4.scale = std::numeric_limits<double>::infinity();
+  REQUIRE_THROWS_WITH(call(o4), Contains("scale must be finite"));
+  ScoreOptions o5;
+  o5.threads = -1;
+  REQUIRE_THROWS_AS(call(o5), peal::invalid_argument);
+  ScoreOptions o6;
+  o6.alibi_slopes = {1, std::nan(""), 1, 1};
+  REQUIRE_THROWS_AS(call(o6), peal::invalid_argument);
+}
+
+// ---- Rebasing: the tile plan ----------------------------------------------------------------
+
+TEST_CASE("scores: tile plan obeys the rebasing thresholds", "[scores][rebase]") {
+  // Evenly spaced positions: equal tiles, all regular (one shared relative table).
+  std::vector<double> seq(1000);
+  for (std::size_t i = 0; i < seq.size(); ++i) seq[i] = 1.7e9 + 3.0 * double(i);
+  const auto p = sk::plan_tiles(seq.data(), 1000, 128, std::numeric_limits<double>::infinity());
+  REQUIRE(p.size() == 8);
+  for (Index I = 0; I < p.size(); ++I) CHECK(p.regular[std::size_t(I)]);
+  // A steep decay caps the half-spread: rate * h <= 16 ln 2 in float.
+  const double rate = 0.1, h = sk::max_half_spread(rate, 0, sk::rebase_limits<float>::exp_budget,
+                                                   sk::rebase_limits<float>::poly_budget);
+  CHECK(h == Approx(110.9035));
+  const auto q = sk::plan_tiles(seq.data(), 1000, 128, h);
+  for (Index I = 0; I < q.size(); ++I) {
+    CHECK(q.hi[std::size_t(I)] - q.lo[std::size_t(I)] <= 2 * h);
+    CHECK(q.rows(I) <= 128);
+    CHECK(q.regular[std::size_t(I)]);
+  }
+  CHECK(q.rows(0) == 74);  // 73 steps of 3 = 219 <= 2h = 221.8
+  // Jordan chains: (1 + 4h)^p <= 2^12 in float, 2^20 in double.
+  CHECK(sk::max_half_spread(0, 2, sk::rebase_limits<float>::exp_budget,
+                            sk::rebase_limits<float>::poly_budget) == Approx(15.75));
+  CHECK(sk::max_half_spread(0, 2, sk::rebase_limits<double>::exp_budget,
+                            sk::rebase_limits<double>::poly_budget) == Approx(255.75));
+  // Irregular gaps: a gap wider than 2h ends a tile, down to single tokens.
+  std::vector<double> gaps = {0, 1, 2, 1000, 2000, 2001, 5000};
+  const auto g = sk::plan_tiles(gaps.data(), 7, 128, 10.0);
+  REQUIRE(g.size() == 4);
+  CHECK(g.rows(0) == 3);
+  CHECK(g.rows(1) == 1);
+  CHECK(g.rows(2) == 2);
+  CHECK(g.rows(3) == 1);
+}
+
+// ---- Numerics -----------------------------------------------------------------------------
+
+TEST_CASE("scores: RetNet decay at n = 65536 in float stays accurate; the global form overflows",
+          "[scores][rebase]") {
+  // RetNet-like bank: every pair decays with a = ln γ, γ = 1 - 2^-5 (docs/design.md §1).
+  const double gamma = 1.0 - std::pow(2.0, -5.0), a = std::log(gamma);
+  const int pairs = 16, d = 2 * pairs;
+  std::vector<Rot> blocks;
+  for (int i = 0; i < pairs; ++i)
+    blocks.emplace_back(std::pow(10000.0L, -(long double)i / (pairs - 1)), a);
+  const RotBank enc(blocks);
+  const Index n = 65536, nq = 32;  // the last 32 queries against every key
+  std::mt19937 rng(65536);
+  Stored<float> q = make_stored<float>(nq, 1, d, Layout::dense, rng);
+  Stored<float> k = make_stored<float>(n, 1, d, Layout::dense, rng);
+  const auto tq = Positions::sequence(double(n - nq)), tk = Positions::sequence(0.0);
+  std::vector<float> out(std::size_t(nq * n));
+  ScoreOptions opt;
+  opt.causal = true;
+  peal::scores(enc, q.view, tq, k.view, tk, peal::make_view(out.data(), 1, nq, n), opt);
+
+  // Every entry is finite (or -inf where masked): no overflow anywhere.
+  Index nonfinite = 0;
+  for (Index i = 0; i < nq; ++i)
+    for (Index j = 0; j < n; ++j) {
+      const float v = out[std::size_t(i * n + j)];
+      if (tk[j] > tq[i])
+        nonfinite += !(std::isinf(v) && v < 0);
+      else
+        nonfinite += !std::isfinite(v);
+    }
+  CHECK(nonfinite == 0);
+
+  // Against the double reference on a band (the last 1024 keys, where scores are not
+  // negligible: γ^1024 ≈ 8e-15) and a sample of 256 keys across the whole sequence.
+  std::vector<Index> cols;
+  for (Index j = n - 1024; j < n; ++j) cols.push_back(j);
+  std::uniform_int_distribution<Index> U(0, n - 1025);
+  for (int c = 0; c < 256; ++c) cols.push_back(U(rng));
+  Eigen::VectorXd qv(d), kv(d);
+  double worst = 0;
+  Index bad = 0;
+  for (Index i = 0; i < nq; ++i) {
+    for (Index e = 0; e < d; ++e) qv(e) = q.vec(i, 0)[e];
+    for (Index j : cols) {
+      if (tk[j] > tq[i]) continue;
+      for (Index e = 0; e < d; ++e) kv(e) = k.vec(j, 0)[e];
+      const double tau = tq[i] - tk[j];
+      const double want = enc.score(qv, tq[i], kv, tk[j]);
+      const double M = qv.norm() * std::exp(a * tau) * std::sqrt(2.0) * kv.norm();
+      const double err = std::abs(double(out[std::size_t(i * n + j)]) - want);
+      const double tol = 2.0 * (d + 16) * eps_f * M + 64.0 * FLT_MIN * qv.norm() * kv.norm();
+      bad += !(err <= tol);
+      if (M > 1e-30) worst = std::max(worst, err / M);
+    }
+  }
+  INFO("worst |err| / (|q| |A| |k|) = " << worst);
+  CHECK(bad == 0);
+
+  // The global (unrebased) factorisation in float: F(t) q underflows to 0 and G(s) k
+  // overflows to inf at these positions, so q̃^T k̃ is NaN even for adjacent tokens.
+  std::vector<peal::RotationBlock<float>> fb;
+  for (const auto& b : blocks) fb.push_back(peal::RotationBlock<float>::from_params(b.params()));
+  const peal::Bank<peal::RotationBlock<float>> encf(fb);
+  Eigen::VectorXf qg(d), kg(d);
+  for (Index e = 0; e < d; ++e)
+    qg(e) = float(q.vec(nq - 1, 0)[e]), kg(e) = float(k.vec(n - 2, 0)[e]);
+  encf.encode_query(qg, tq[nq - 1]);  // F(65535): e^{a t} = e^{-2080}
+  encf.encode_key(kg, tk[n - 2]);     // G(65534): e^{-a s} = e^{+2080}
+  CHECK(qg.cwiseAbs().maxCoeff() == 0.0f);
+  CHECK_FALSE(kg.allFinite());
+  CHECK_FALSE(std::isfinite(qg.dot(kg)));
+  // ... while the fused kernel returns the true score for that pair.
+  for (Index e = 0; e < d; ++e) qv(e) = q.vec(nq - 1, 0)[e], kv(e) = k.vec(n - 2, 0)[e];
+  const double truth = enc.score(qv, tq[nq - 1], kv, tk[n - 2]);
+  CHECK(std::abs(out[std::size_t((nq - 1) * n + (n - 2))] - truth) <= 1e-5 * qv.norm() * kv.norm());
+}
+
+TEST_CASE("scores: JordanBlock<3> at t ~ 1e6 in float is rebased; the global form cancels",
+          "[scores][rebase]") {
+  // Quadratic in the distance: A(τ) = [[1, τ, τ²/2], [0, 1, τ], [0, 0, 1]] (λ = -1e-7).
+  const auto enc = peal::compose(peal::JordanBlock<3, double>(-1e-7), rope_bank(4));
+  const Index d = enc.dim(), nq = 96, nk = 120;
+  std::mt19937 rng(1000000);
+  const auto tq = Positions::sequence(1e6 + 24.0), tk = Positions::sequence(1e6);
+  Case<float, decltype(enc)> c(enc, nq, nk, 1, 1, tq, tk, Layout::dense, Layout::dense, rng);
+  // Float tiles are capped at (1 + 4h)^2 <= 2^12, h <= 15.75: ρ <= (1 + 2h_q + 2h_k)^2 <= 64².
+  ScoreOptions opt;
+  opt.causal = true;
+  c.run_and_check<float>(opt, 0, eps_f, 64.0 * 64.0);
+
+  // Global form: q̃ = F(t) q, k̃ = G(s) k in float. The entries are ~t²/2 = 5e11 and cancel
+  // to the true ~τ²/2: the error is ~eps_f t² |q||k|, orders of magnitude above the score.
+  std::vector<float> fused(std::size_t(nq * nk));
+  peal::scores(enc, TensorView<const float>(c.q.view), tq, TensorView<const float>(c.k.view), tk,
+               peal::make_view(fused.data(), 1, nq, nk));
+  double worst_global = 0, worst_fused = 0;
+  for (Index i = nq - 8; i < nq; ++i) {
+    Eigen::VectorXf qi(d);
+    for (Index e = 0; e < d; ++e) qi(e) = float(c.q.vec(i, 0)[e]);
+    const Eigen::VectorXf qt = Eigen::MatrixXd(enc.F(tq[i])).cast<float>() * qi;
+    for (Index j = nk - 8; j < nk; ++j) {
+      Eigen::VectorXf kj(d);
+      for (Index e = 0; e < d; ++e) kj(e) = float(c.k.vec(j, 0)[e]);
+      const Eigen::VectorXf kt = Eigen::MatrixXd(enc.G(tk[j])).cast<float>() * kj;
+      const double want = c.ref.get(c.ref.raw, 0, i, j), M = c.ref.get(c.ref.mag, 0, i, j);
+      worst_global = std::max(worst_global, std::abs(double(qt.dot(kt)) - want) / M);
+      worst_fused =
+          std::max(worst_fused, std::abs(double(fused[std::size_t(i * nk + j)]) - want) / M);
+    }
+  }
+  INFO("relative errors: global " << worst_global << ", fused " << worst_fused);
+  CHECK(worst_global > 1.0);
+  CHECK(worst_fused < 1e-3);
+}
+
+TEST_CASE("scores: timestamps near 1.7e9 with irregular gaps on a decaying rotation",
+          "[scores][rebase]") {
+  // Rotations from 1/30 s to 1/1e6 s, decaying with a time constant of one minute, plus a
+  // scalar decay and ALiBi per head. Exponential inter-arrival times (mean 30 s) and a few
+  // hour-long gaps: the tile plan splits wherever the spread exceeds 2 h = 2 θ / ρ.
+  std::vector<Rot> blocks;
+  for (int i = 0; i < 8; ++i)
+    blocks.emplace_back(1.0L / (30.0L * std::pow(1e6L / 30.0L, i / 7.0L)), -1.0 / 60.0);
+  const RotBank enc(blocks);
+  std::mt19937 rng(1700000000);
+  std::exponential_distribution<double> gap(1.0 / 30.0);
+  const Index n = 200;
+  std::vector<double> ts(static_cast<std::size_t>(n));
+  double t = 1.7e9;
+  for (Index i = 0; i < n; ++i) {
+    ts[std::size_t(i)] = t;
+    t += (i % 67 == 50) ? 3600.0 + gap(rng) : gap(rng);
+  }
+  const Positions p(ts);
+  Case<float, RotBank> c(enc, n, n, 2, 1, p, p, Layout::dense, Layout::offset_padded, rng);
+  ScoreOptions opt;
+  opt.causal = true;
+  opt.decay = {0.9999, 0.999};
+  opt.alibi_slopes = {1e-4, 1e-3};
+  c.run_and_check<float>(opt, 0, eps_f, 1, 1e4, 64 * FLT_MIN);
+  c.run_and_check<double>(opt, 1, eps_f, 1, 1e4, 64 * FLT_MIN);
+  // The plan really split: rate = 1/60 + |ln 0.999|, h = 16 ln 2 / rate ≈ 657 s.
+  const double rate = 1.0 / 60.0 - std::log(0.999);
+  const double h = sk::max_half_spread(rate, 0, sk::rebase_limits<float>::exp_budget,
+                                       sk::rebase_limits<float>::poly_budget);
+  const auto plan = sk::plan_tiles(ts.data(), n, 256, h);
+  CHECK(plan.size() > 6);
+  for (Index I = 0; I < plan.size(); ++I)
+    CHECK(plan.hi[std::size_t(I)] - plan.lo[std::size_t(I)] <= 2 * h);
+  // Double storage: double arithmetic, tight tolerance.
+  Case<double, RotBank> cd(enc, n, n, 1, 1, p, p, Layout::dense, Layout::dense, rng);
+  ScoreOptions od = opt;
+  od.decay = {0.9999};
+  od.alibi_slopes = {1e-4};
+  cd.run_and_check<double>(od, 0, eps_d, 1, 1e4);
+}
