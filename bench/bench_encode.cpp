@@ -4,10 +4,9 @@
 //   BM_Copy           memcpy of the same bytes, source -> destination (read + write):
 //                     the bandwidth bound of an out-of-place encode.
 //   BM_PealRope       peal RoPE (theta = 10000), Interleaved / HalfSplit, in place and out
-//                     of place. Positions 0, 1, 2, ... held as a span of doubles (peal
-//                     detects the equal exact gaps and advances the angles by a rotation).
+//                     of place. Positions 0, 1, 2, ... held as a span of doubles.
 //   BM_PealRope_irregular  the same (Interleaved, in place) at irregular real timestamps
-//                     (random gaps in [0.5, 1.5)): one exact sincos per token.
+//                     (random gaps in [0.5, 1.5)).
 //   BM_NaiveRope      the textbook loop of many engines: per element, angle = pos * inv_freq
 //                     in float, std::cos/std::sin in float, rotate (interleaved, in place).
 //   BM_PealXPos       xPos-style decaying rotation bank (a_i = ln(zeta_i) / 512), out of
@@ -22,11 +21,10 @@
 // The peal / copy ratio is computed afterwards from the medians (bench/results-encode.md).
 #include <benchmark/benchmark.h>
 
-#include <peal/encode.hpp>
-#include <peal/peal.hpp>
-
 #include <cmath>
 #include <cstring>
+#include <peal/encode.hpp>
+#include <peal/peal.hpp>
 #include <random>
 #include <vector>
 

@@ -18,17 +18,15 @@
 //        bfloat16): the final rounding of the result to storage is at most eps_T / 2
 //        relative (round to nearest); the input is converted to double exactly, so it adds
 //        nothing. denorm_min_T covers results that land in the subnormal range of half.
+#include <algorithm>
 #include <catch2/catch.hpp>
-
+#include <cfloat>
+#include <cmath>
+#include <limits>
 #include <peal/encode.hpp>
 #include <peal/jordan_block.hpp>
 #include <peal/peal.hpp>
 #include <peal/rotation_jordan_block.hpp>
-
-#include <algorithm>
-#include <cfloat>
-#include <cmath>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -171,8 +169,7 @@ void compare_with_reference(const E& enc, Side side, const std::vector<double>& 
         const std::size_t o = std::size_t(go.at(t, h, j));
         in_view[o] = 1;
         const double got = to_d(out[o]);
-        const double tol =
-            slack * (8 * k(j) * eps_a * mag(j) + eps_t * std::abs(ref(j))) + floor_t;
+        const double tol = slack * (8 * k(j) * eps_a * mag(j) + eps_t * std::abs(ref(j))) + floor_t;
         if (!(std::abs(got - ref(j)) <= tol)) {
           CAPTURE(t, h, j, pos[std::size_t(t)], got, ref(j), tol, mag(j));
           FAIL("encoded element differs from the scalar reference");
@@ -193,8 +190,8 @@ void compare_with_reference(const E& enc, Side side, const std::vector<double>& 
 // geometry go, and compares with the reference. Returns the encoded buffer.
 template <class T, class E>
 void check_encode(const E& enc, Side side, const std::vector<double>& pos_values,
-                  const Positions& pos, const Geometry& gi, bool out_of_place,
-                  std::mt19937_64& rng, double slack = 1) {
+                  const Positions& pos, const Geometry& gi, bool out_of_place, std::mt19937_64& rng,
+                  double slack = 1) {
   std::vector<T> in = random_buffer<T>(gi.size(), rng);
   const std::vector<T> original = in;
   if (!out_of_place) {
@@ -241,8 +238,8 @@ void sweep(Build&& build, bool allow_large_times, std::uint64_t seed) {
         const Index offset = (c / 4) % 2;  // misaligned start every other pair of cases
         const int pos_kind = c % 3;        // 0: irregular span, 1: sequence, 2: large span
         Geometry g = packed(tokens, heads, dim, offset);
-        if (c % 5 == 4) g = padded(tokens, heads, dim, 2);   // element stride 2
-        if (c % 5 == 2) g = padded(tokens, heads, dim, 1);   // padded token/head strides
+        if (c % 5 == 4) g = padded(tokens, heads, dim, 2);  // element stride 2
+        if (c % 5 == 2) g = padded(tokens, heads, dim, 1);  // padded token/head strides
         std::vector<double> pv;
         Positions pos = Positions::sequence(0);
         if (pos_kind == 1) {
@@ -282,8 +279,8 @@ TEMPLATE_TEST_CASE("encode: decaying rotation banks (xPos/RetNet-like) match the
   }
 }
 
-TEMPLATE_TEST_CASE("encode: partial rotary compose(Bank<RotationBlock>, PassThrough)",
-                   "[encode]", PEAL_STORAGE_TYPES) {
+TEMPLATE_TEST_CASE("encode: partial rotary compose(Bank<RotationBlock>, PassThrough)", "[encode]",
+                   PEAL_STORAGE_TYPES) {
   for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
     CAPTURE(int(layout));
     // rotary part: a quarter of the head (at least one pair), the rest passes through.
@@ -301,7 +298,8 @@ TEMPLATE_TEST_CASE("encode: Bank<RealBlock> scales match the reference", "[encod
   sweep<TestType>(
       [](int d) {
         std::vector<peal::RealBlock<double>> b;
-        for (int i = 0; i < d + 1; ++i) b.emplace_back(0.005 * std::sin(1.0 + i));  // |lambda t| < ~5
+        for (int i = 0; i < d + 1; ++i)
+          b.emplace_back(0.005 * std::sin(1.0 + i));  // |lambda t| < ~5
         return peal::Bank<peal::RealBlock<double>>(b);
       },
       false, 14);
@@ -314,9 +312,9 @@ TEMPLATE_TEST_CASE("encode: generic path (Jordan blocks, basis change) matches t
       peal::JordanBlock<3, double>(-0.01), peal::RotationJordanBlock<2, double>(0.7, -0.02),
       rope_bank(6, 100.0, Layout::HalfSplit), peal::RealBlock<double>(0.01),
       peal::PassThrough<double>(2),
-      peal::Bank<peal::JordanBlock<2, double>>({peal::JordanBlock<2, double>(0.0),
-                                                peal::JordanBlock<2, double>(-0.01)},
-                                               Layout::HalfSplit));
+      peal::Bank<peal::JordanBlock<2, double>>(
+          {peal::JordanBlock<2, double>(0.0), peal::JordanBlock<2, double>(-0.01)},
+          Layout::HalfSplit));
   Eigen::MatrixXd P = Eigen::MatrixXd::Identity(comp.dim(), comp.dim());
   std::mt19937_64 prng(3);
   std::uniform_real_distribution<double> u(-1, 1);
@@ -343,7 +341,8 @@ TEMPLATE_TEST_CASE("encode: generic path (Jordan blocks, basis change) matches t
 TEST_CASE("encode: out of place equals in place, and mixed storage types", "[encode]") {
   std::mt19937_64 rng(16);
   for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
-    const auto enc = peal::compose(rope_bank(48, 10000.0, layout, -0.01), peal::PassThrough<double>(16));
+    const auto enc =
+        peal::compose(rope_bank(48, 10000.0, layout, -0.01), peal::PassThrough<double>(16));
     const Index T = 33, H = 3, D = enc.dim();
     const std::vector<double> pv = irregular(T, 5.0, rng);
     for (Side side : {Side::Query, Side::Key}) {
@@ -397,12 +396,11 @@ TEST_CASE("encode: out of place equals in place, and mixed storage types", "[enc
   }
 }
 
-TEMPLATE_TEST_CASE("encode: equally spaced positions (angle recurrence) at any offset",
-                   "[encode]", float, Eigen::half, double) {
-  // With float arithmetic, equal exact gaps advance the angles by a rotation instead of a
-  // new sincos per token (restarting every 32 tokens); the result must stay within the same
-  // per-element bound as the exact path, at small and at huge positions. Gaps that are not
-  // exact (0.1) or change mid-block take the exact path.
+TEMPLATE_TEST_CASE("encode: equally spaced positions at any offset, span and sequence", "[encode]",
+                   float, Eigen::half, double) {
+  // Token positions base + step * i, as a span and as Positions::sequence, from 0 up to
+  // 4.5e15 (where ulp(t) = 0.5): the per-element bound holds at any offset because the
+  // angles are reduced exactly; a gap broken inside the run changes nothing.
   std::mt19937_64 rng(18);
   for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
     const auto enc = rope_bank(128, 10000.0, layout, 0.0);
@@ -638,8 +636,7 @@ TEST_CASE("encode: OpenMP threads give bitwise the same result", "[encode]") {
                                  peal::PassThrough<double>(8));
   const Index T = 129, H = 8, D = enc.dim();  // 129 * 8 * 72 elements: above the threshold
   REQUIRE(T * H * D >= peal::detail::encode_kernels::kParallelMinElements);
-  // Irregular gaps (one sincos per token) and equal gaps (the angle recurrence, which
-  // restarts every 32 tokens: threads must start on those boundaries).
+  // Irregular and equal gaps.
   std::vector<double> equal(static_cast<std::size_t>(T));
   for (Index i = 0; i < T; ++i) equal[std::size_t(i)] = 100.0 + 3.0 * double(i);
   for (const std::vector<double>& pv : {irregular(T, 0.0, rng), equal}) {

@@ -755,6 +755,33 @@ TEST_CASE("scores: RetNet decay at n = 65536 in float stays accurate; the global
   INFO("worst |err| / (|q| |A| |k|) = " << worst);
   CHECK(bad == 0);
 
+  // The same scores as RetNet is usually written: a pure rotation (a = 0) and the scalar
+  // decay γ^(t - s) as an option (rebased through row scales and alpha).
+  std::vector<Rot> pure_blocks;
+  for (const auto& b : blocks) pure_blocks.emplace_back(b.omega(), 0.0);
+  const RotBank pure(pure_blocks);
+  std::vector<float> out2(out.size());
+  ScoreOptions dec = opt;
+  dec.decay = {gamma};
+  peal::scores(pure, q.view, tq, k.view, tk, peal::make_view(out2.data(), 1, nq, n), dec);
+  Index differ = 0;
+  for (Index i = 0; i < nq; ++i) {
+    for (Index e = 0; e < d; ++e) qv(e) = q.vec(i, 0)[e];
+    for (Index j = 0; j < n; ++j) {
+      const float a1 = out[std::size_t(i * n + j)], a2 = out2[std::size_t(i * n + j)];
+      if (std::isinf(a1) || std::isinf(a2)) {
+        differ += a1 != a2;
+        continue;
+      }
+      for (Index e = 0; e < d; ++e) kv(e) = k.vec(j, 0)[e];
+      const double M = qv.norm() * std::exp(a * (tq[i] - tk[j])) * kv.norm();
+      // Both within 2 (d + 16) eps M of the truth; below FLT_MIN, flushes to 0 may differ.
+      differ += !(std::abs(double(a1) - a2) <=
+                  4.0 * (d + 16) * eps_f * M + 64.0 * FLT_MIN * qv.norm() * kv.norm());
+    }
+  }
+  CHECK(differ == 0);
+
   // The global (unrebased) factorisation in float: F(t) q underflows to 0 and G(s) k
   // overflows to inf at these positions, so q̃^T k̃ is NaN even for adjacent tokens.
   std::vector<peal::RotationBlock<float>> fb;

@@ -14,11 +14,8 @@
 //
 // Dispatch by structure (docs/kernels-encode.md): each encoding maps to a per-token kernel
 // (prepare(position) once per token, then apply to every head):
-//   Bank<RotationBlock>   one batched sincos of all n frequencies (with float arithmetic
-//                         and equal, exact position gaps: a rotation of the previous
-//                         token's angles instead, restarted every 32 tokens), then a
-//                         vectorized rotation (and e^{a t} scale) loop per head, both
-//                         layouts;
+//   Bank<RotationBlock>   one batched sincos of all n frequencies, then a vectorized
+//                         rotation (and e^{a t} scale) loop per head, both layouts;
 //   Bank<RealBlock>       one batched exp, then a scale loop;
 //   PassThrough           nothing in place, a copy out of place;
 //   BlockDiagonal<...>    each part's kernel on its coordinate sub-range, in one pass;
@@ -39,8 +36,8 @@
 // sequence length come from the fused, rebasing scores() kernel (docs/design.md §1).
 // Pure rotations (a = 0, RoPE) have |F(t)| = 1 and are accurate at any position.
 //
-// With OpenMP (-fopenmp), tokens are split over threads (in blocks of 32 tokens) when the
-// call moves at least detail::encode_kernels::kParallelMinElements elements; the results
+// With OpenMP (-fopenmp), tokens are split statically over threads when the call moves at
+// least detail::encode_kernels::kParallelMinElements elements; the results
 // are bitwise the same for any number of threads.
 #pragma once
 
@@ -50,13 +47,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <peal/detail/sincos.hpp>
 #include <sstream>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <peal/detail/sincos.hpp>
 
 #include "bank.hpp"
 #include "basis_change.hpp"
@@ -73,7 +69,7 @@
 
 // The per-token loops over heads are kept out of line: inlined into a caller whose extents
 // are compile-time constants, g++ -O3 vectorizes across heads instead of along the vector
-// (permute-heavy code, measured 1.8x slower).
+// (permute-heavy code, measured 1.6x slower).
 #ifndef PEAL_NOINLINE
 #if defined(__GNUC__) || defined(__clang__)
 #define PEAL_NOINLINE __attribute__((noinline))
@@ -109,18 +105,14 @@ namespace encode_kernels {
 /// G_P(s) = A_J(-s) P^{-1}, the shift is A_J(-p)).
 enum class Mode { query, key, shift };
 
-/// Threads take whole blocks of this many tokens (a multiple of every kernel's recurrence
-/// block, RotationBankKernel::kRecurrenceBlock).
-inline constexpr Index kTokenBlock = 32;
-
 /// Below this many elements per call, OpenMP threads are not started.
 inline constexpr Index kParallelMinElements = Index(1) << 16;
 
 template <class T>
-struct is_storage
-    : std::integral_constant<bool, std::is_same<T, float>::value || std::is_same<T, double>::value ||
-                                       std::is_same<T, Eigen::half>::value ||
-                                       std::is_same<T, Eigen::bfloat16>::value> {};
+struct is_storage : std::integral_constant<bool, std::is_same<T, float>::value ||
+                                                     std::is_same<T, double>::value ||
+                                                     std::is_same<T, Eigen::half>::value ||
+                                                     std::is_same<T, Eigen::bfloat16>::value> {};
 
 /// Arithmetic type for a source/destination storage pair.
 template <class TS, class TD>
@@ -209,9 +201,9 @@ inline constexpr int kChunk = 16;
 // has no dependence between iterations; m = 2n elements. Every chunk function has its
 // own restrict-qualified (or single written) pointers, so no runtime alias check (which
 // would send the in-place case to the scalar loop) is needed.
-#define PEAL_ROTATE_PAIR(x, y)                  \
-  const A x0 = x[j], x1 = x[j + 1];             \
-  y[j] = x0 * cc[j] + x1 * ss[j];               \
+#define PEAL_ROTATE_PAIR(x, y)      \
+  const A x0 = x[j], x1 = x[j + 1]; \
+  y[j] = x0 * cc[j] + x1 * ss[j];   \
   y[j + 1] = x1 * cc[j + 1] + x0 * ss[j + 1];
 template <class A>
 inline void rotate_interleaved_chunk(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT cc,
@@ -267,16 +259,16 @@ inline void rotate_halfsplit_chunk(const A* PEAL_RESTRICT xlo, const A* PEAL_RES
   }
 }
 template <class A>
-inline void rotate_halfsplit(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT c,
-                             const A* PEAL_RESTRICT s, int n) {
+inline void rotate_halfsplit(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s,
+                             int n) {
   int i = 0;
   for (; i + kChunk <= n; i += kChunk)
     rotate_halfsplit_chunk(x + i, x + n + i, c + i, s + i, kChunk);
   rotate_halfsplit_chunk(x + i, x + n + i, c + i, s + i, n - i);
 }
 template <class A>
-inline void rotate_halfsplit(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y,
-                             const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s, int n) {
+inline void rotate_halfsplit(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RESTRICT c,
+                             const A* PEAL_RESTRICT s, int n) {
   int i = 0;
   for (; i + kChunk <= n; i += kChunk)
     rotate_halfsplit_chunk(x + i, x + n + i, y + i, y + n + i, c + i, s + i, kChunk);
@@ -299,8 +291,7 @@ inline void scale(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT g, int n) {
   scale_chunk(x + i, g + i, n - i);
 }
 template <class A>
-inline void scale(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RESTRICT g,
-                  int n) {
+inline void scale(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RESTRICT g, int n) {
   int i = 0;
   for (; i + kChunk <= n; i += kChunk) scale_chunk(x + i, y + i, g + i, kChunk);
   scale_chunk(x + i, y + i, g + i, n - i);
@@ -315,12 +306,24 @@ inline void scale(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RE
 template <class F>
 inline void with_pair_count(int n, F&& f) {
   switch (n) {
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    case 16: f(std::integral_constant<int, 16>{}); break;
-    case 32: f(std::integral_constant<int, 32>{}); break;
-    case 48: f(std::integral_constant<int, 48>{}); break;
-    case 64: f(std::integral_constant<int, 64>{}); break;
-    default: f(std::integral_constant<int, 0>{}); break;
+    case 8:
+      f(std::integral_constant<int, 8>{});
+      break;
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      break;
+    case 32:
+      f(std::integral_constant<int, 32>{});
+      break;
+    case 48:
+      f(std::integral_constant<int, 48>{});
+      break;
+    case 64:
+      f(std::integral_constant<int, 64>{});
+      break;
+    default:
+      f(std::integral_constant<int, 0>{});
+      break;
   }
 }
 // Local copies of the coefficients: their addresses never escape, so the compiler knows the
@@ -360,8 +363,8 @@ inline void rotate_heads_halfsplit(A* x, Index heads, Index xs, const A* c_in, c
   }
 }
 template <int N, class A>
-inline void rotate_heads_halfsplit(const A* x, Index xs, A* y, Index ys, Index heads,
-                                   const A* c_in, const A* s_in, int n) {
+inline void rotate_heads_halfsplit(const A* x, Index xs, A* y, Index ys, Index heads, const A* c_in,
+                                   const A* s_in, int n) {
   if constexpr (N > 0) {
     A c[N], s[N];
     for (int j = 0; j < N; ++j) c[j] = c_in[j], s[j] = s_in[j];
@@ -375,8 +378,7 @@ inline void rotate_heads_halfsplit(const A* x, Index xs, A* y, Index ys, Index h
 // vector h starting at x + h * xs, each contiguous with dim() elements):
 //   Kernel(const E& enc, Mode mode)           per-call setup and buffers (may allocate);
 //   int dim() const;
-//   void prepare(double p, Index t);          coefficients for position p of token t (no
-//                                             allocation; t only matters for recurrences);
+//   void prepare(double p);                   coefficients for position p (no allocation);
 //   void inplace(A* x, Index heads, Index xs);                     x_h <- M x_h;
 //   void copy(const A* x, Index xs, A* y, Index ys, Index heads);  y_h <- M x_h, x and y
 //                                                                  not overlapping.
@@ -401,54 +403,38 @@ class RotationBankKernel {
         sd_(std::size_t(n_)),
         cd_(std::size_t(n_)),
         gd_(std::size_t(n_)),
-        gs_(std::size_t(n_)),
-        gc_(std::size_t(n_)),
-        sstep_(std::is_same<A, float>::value ? std::size_t(n_) : 0),
-        cstep_(sstep_.size()),
         cc_(std::size_t(n_) * (interleaved_ ? 2 : 1)),
         ss_(cc_.size()) {
     pure_ = (bank.params().col(2) == 0).all();
   }
   int dim() const { return 2 * n_; }
 
-  void prepare(double p, Index t) {
+  void prepare(double p) {
     if (n_ == 0) return;
-    bool advanced = false;
-    if constexpr (std::is_same<A, float>::value) advanced = advance(p, t);
-    if (!advanced) angles_sincos(w_hi_, w_lo_, p, n_, sd_.data(), cd_.data());  // of omega p
-    prev_p_ = p;
-    prev_t_ = t;
-
-    const double* PEAL_RESTRICT sd = sd_.data();
-    const double* PEAL_RESTRICT cd = cd_.data();
-    double* PEAL_RESTRICT gs = gs_.data();
-    double* PEAL_RESTRICT gc = gc_.data();
+    angles_sincos(w_hi_, w_lo_, p, n_, sd_.data(), cd_.data());  // of omega * p
+    double* PEAL_RESTRICT sd = sd_.data();
+    double* PEAL_RESTRICT cd = cd_.data();
     if (!pure_) {
       // Query: A(t)^T = e^{a t} R(omega t); key: A(-s) = e^{-a s} R(omega s).
       double* PEAL_RESTRICT g = gd_.data();
       exp_batch(a_, query_ ? p : -p, n_, g);
       for (int i = 0; i < n_; ++i) {
-        gs[i] = sd[i] * g[i];
-        gc[i] = cd[i] * g[i];
-      }
-    } else {
-      for (int i = 0; i < n_; ++i) {
-        gs[i] = sd[i];
-        gc[i] = cd[i];
+        sd[i] *= g[i];
+        cd[i] *= g[i];
       }
     }
     A* PEAL_RESTRICT cc = cc_.data();
     A* PEAL_RESTRICT ss = ss_.data();
     if (interleaved_) {
       for (int i = 0; i < n_; ++i) {
-        cc[2 * i] = cc[2 * i + 1] = A(gc[i]);
-        ss[2 * i] = A(-gs[i]);
-        ss[2 * i + 1] = A(gs[i]);
+        cc[2 * i] = cc[2 * i + 1] = A(cd[i]);
+        ss[2 * i] = A(-sd[i]);
+        ss[2 * i + 1] = A(sd[i]);
       }
     } else {
       for (int i = 0; i < n_; ++i) {
-        cc[i] = A(gc[i]);
-        ss[i] = A(gs[i]);
+        cc[i] = A(cd[i]);
+        ss[i] = A(sd[i]);
       }
     }
   }
@@ -470,59 +456,11 @@ class RotationBankKernel {
   }
 
  private:
-  // Float arithmetic only: equally spaced positions advance the angles by the rotation
-  // (cos, sin)(omega d) instead of a new sincos per token: 4 multiplies and 2 adds per
-  // frequency in double instead of an exact reduction and two polynomials. Token t uses it
-  // when t is not a multiple of kRecurrenceBlock, its predecessor t-1 was prepared, every gap
-  // since the block's first token is the same d, and each gap p_t - p_{t-1} is exact (so
-  // omega p_t = omega p_{t-1} + omega d exactly). Error: at most kRecurrenceBlock steps of
-  // ~2 ulp (double) each, plus the <= 3.5e-16 of sincos(omega d): below 1e-13 absolute,
-  // a millionth of a float ulp. The values depend only on the positions and the token
-  // indices (blocks are aligned to token indices, and threads start on block boundaries),
-  // so results are identical for any thread count.
-  static constexpr Index kRecurrenceBlock = 32;
-  static_assert(kTokenBlock % kRecurrenceBlock == 0, "thread blocks must align with recurrences");
-  bool advance(double p, Index t) {
-    if (t % kRecurrenceBlock == 0 || prev_t_ != t - 1) {  // exact anchor
-      run_ok_ = (t % kRecurrenceBlock == 0);
-      run_has_d_ = false;
-      return false;
-    }
-    if (!run_ok_) return false;
-    // d = p - prev exactly? (TwoSum error term of p + (-prev) is zero)
-    const double q = -prev_p_, d = p + q, bb = d - p;
-    if ((p - (d - bb)) + (q - bb) != 0 || !std::isfinite(d)) return run_ok_ = false;
-    if (!run_has_d_) {
-      run_has_d_ = true;
-      run_d_ = d;
-      if (!(step_valid_ && step_ == d)) {
-        angles_sincos(w_hi_, w_lo_, d, n_, sstep_.data(), cstep_.data());
-        step_ = d;
-        step_valid_ = true;
-      }
-    } else if (d != run_d_) {
-      return run_ok_ = false;
-    }
-    double* PEAL_RESTRICT sd = sd_.data();
-    double* PEAL_RESTRICT cd = cd_.data();
-    const double* PEAL_RESTRICT s1 = sstep_.data();
-    const double* PEAL_RESTRICT c1 = cstep_.data();
-    for (int i = 0; i < n_; ++i) {
-      const double c = cd[i], s = sd[i];
-      cd[i] = c * c1[i] - s * s1[i];
-      sd[i] = s * c1[i] + c * s1[i];
-    }
-    return true;
-  }
-
   int n_;
   bool interleaved_, query_, pure_ = true;
   const double *w_hi_, *w_lo_, *a_;
-  std::vector<double> sd_, cd_, gd_, gs_, gc_, sstep_, cstep_;
+  std::vector<double> sd_, cd_, gd_;
   std::vector<A> cc_, ss_;
-  double prev_p_ = 0, run_d_ = 0, step_ = 0;
-  Index prev_t_ = -2;
-  bool run_ok_ = false, run_has_d_ = false, step_valid_ = false;
 };
 
 /// Bank<RealBlock>: a diagonal scale e^{lambda_i t} (query) or e^{-lambda_i s} (key).
@@ -537,7 +475,7 @@ class RealBankKernel {
         gd_(std::size_t(n_)),
         g_(std::size_t(n_)) {}
   int dim() const { return n_; }
-  void prepare(double p, Index) {
+  void prepare(double p) {
     exp_batch(lambda_, query_ ? p : -p, n_, gd_.data());
     for (int i = 0; i < n_; ++i) g_[std::size_t(i)] = A(gd_[std::size_t(i)]);
   }
@@ -563,7 +501,7 @@ class PassThroughKernel {
   template <class S>
   PassThroughKernel(const PassThrough<S>& p, Mode) : n_(p.dim()) {}
   int dim() const { return n_; }
-  void prepare(double, Index) {}
+  void prepare(double) {}
   void inplace(A*, Index, Index) {}
   void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
     if (n_ == 0) return;
@@ -585,8 +523,8 @@ class BlockDiagonalKernel {
   BlockDiagonalKernel(const BlockDiagonal<Parts...>& bd, Mode mode)
       : BlockDiagonalKernel(bd, mode, std::make_index_sequence<N>{}) {}
   int dim() const { return dim_; }
-  void prepare(double p, Index t) {
-    std::apply([p, t](auto&... k) { (k.prepare(p, t), ...); }, ks_);
+  void prepare(double p) {
+    std::apply([p](auto&... k) { (k.prepare(p), ...); }, ks_);
   }
   void inplace(A* x, Index heads, Index xs) {
     inplace_impl(x, heads, xs, std::make_index_sequence<N>{});
@@ -627,7 +565,7 @@ class BasisChangeKernel {
       m_ = b.P_inverse().template cast<A>();
   }
   int dim() const { return inner_.dim(); }
-  void prepare(double p, Index t) { inner_.prepare(p, t); }
+  void prepare(double p) { inner_.prepare(p); }
   void inplace(A* x, Index heads, Index xs) {
     if (pre_) {
       for (Index h = 0; h < heads; ++h) {
@@ -676,7 +614,7 @@ class DenseKernel {
     }
   }
   int dim() const { return d_; }
-  void prepare(double p, Index) {
+  void prepare(double p) {
     const R r = R(p);
     if constexpr (has_apply<E>::value) {
       // query: F(t) = A(t)^T; key and shift: G(s) = A(-s).
@@ -727,7 +665,8 @@ struct kernel_for {
   using type = DenseKernel<A, E>;
 };
 template <class A, class S>
-struct kernel_for<A, Bank<RotationBlock<S>>, std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
+struct kernel_for<A, Bank<RotationBlock<S>>,
+                  std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
   using type = RotationBankKernel<A>;
 };
 template <class A, class S>
@@ -793,7 +732,7 @@ void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD
   auto work = [&](int tid, Index t0, Index t1) {
     K& k = kernels[std::size_t(tid)];
     A* buf = direct ? nullptr : buffers.data() + std::size_t(D) * std::size_t(tid);
-    if (constant) k.prepare(pos[0], 0);
+    if (constant) k.prepare(pos[0]);
     for (Index t = t0; t < t1; ++t) {
       const TS* s = src.vector(t, 0);
       TD* d = dst.vector(t, 0);
@@ -801,7 +740,7 @@ void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD
         // Start the token's first cache lines on their way before the per-token setup
         // (sincos, exp), during which the loop would otherwise issue no memory traffic.
         if (direct) prefetch_row(s, d, prefetch_bytes);
-        k.prepare(pos[t], t);
+        k.prepare(pos[t]);
       }
       if constexpr (same_types) {
         if (direct) {
@@ -826,12 +765,8 @@ void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD
   if (nthreads > 1) {
 #pragma omp parallel num_threads(nthreads)
     {
-      // Static split on multiples of kTokenBlock, so that per-token recurrences (which
-      // restart on those multiples) give the same bits for any thread count.
       const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-      const Index blocks = (T + kTokenBlock - 1) / kTokenBlock;
-      const Index t0 = std::min(T, blocks * tid / nt * kTokenBlock);
-      const Index t1 = std::min(T, blocks * (tid + 1) / nt * kTokenBlock);
+      const Index t0 = T * tid / nt, t1 = T * (tid + 1) / nt;
       work(tid, t0, t1);
     }
     return;

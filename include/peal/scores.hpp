@@ -8,30 +8,32 @@
 // and m_h (ALiBi slope, Press et al. 2022, added after scaling) are optional per-head
 // options; A(τ) = exp(τX) is any peal encoding.
 //
-// Fused: no encoded copy of Q or K is ever materialised. The work is tiled; a query tile
-// (≤ 128 tokens) and a key tile (≤ 256 tokens) are encoded into small contiguous buffers of
+// Fused: no encoded copy of Q or K is ever materialised. The work is tiled (by default
+// 256 queries x 512 keys); the rows of a tile are encoded into small contiguous buffers of
 // the arithmetic type and multiplied with Eigen's GEMM kernel, which writes into `out`
-// directly when `out` is laid out as a matrix of the arithmetic type; the epilogue (ALiBi,
-// mask) runs on the tile while it is in cache. Working memory is bounded by the tile sizes.
+// directly when `out` is laid out as a matrix of the arithmetic type (starting from the
+// ALiBi bias instead of zeros); the mask runs on the tile while it is in cache. Working
+// memory is bounded by the tile sizes (docs/kernels-scores.md §2).
 //
 // Rebased (docs/design.md §1 "Numerical stability"): for a query tile I with anchor T_I and
 // a key tile J with anchor S_J the kernel evaluates
-//     q̃_i = A(t_i − S_J)ᵀ q_i = [A(T_I − S_J) A(t_i − T_I)]ᵀ q_i,    k̃_j = A(S_J − s_j) k_j,
-// so q̃_iᵀ k̃_j = q_iᵀ A(t_i − s_j) k_j exactly in exact arithmetic, and only differences of
-// positions enter: never F(t) or G(s) at absolute time. The coefficients are products of
-// per-tile tables (A(t_i − T_I), A(S_J − s_j): relative to the tile's own anchor, shared by
-// every tile when positions are evenly spaced) and one cross factor A(T_I − S_J) per tile
-// pair, composed in double and rounded once to the arithmetic type. Tiles are split so that
-// every |t − anchor| stays below a half-spread h chosen from the generator:
+//     q̂_i = A(t_i − T_I)ᵀ q_i,   k̃_j = A(S_J − s_j) k_j,   q̃_i = A(T_I − S_J)ᵀ q̂_i,
+// so q̃_iᵀ k̃_j = q_iᵀ A(t_i − s_j) k_j exactly in exact arithmetic (A(a)A(b) = A(a + b)),
+// and only differences of positions enter, never F(t) or G(s) at absolute time. q̂ and k̃
+// come from per-tile tables relative to the tile's own anchor (one table shared by every
+// tile when positions are evenly spaced); the cross factor A(T_I − S_J) is one constant
+// per block and tile pair. Tiles are split so that every |t − anchor| stays below a
+// half-spread h chosen from the generator:
 //     ρ · h ≤ θ_exp        ρ = max |Re λ(X)| + max_h |ln γ_h|   (growth/decay factors)
-//     (1 + 2h)^p ≤ P       p = longest Jordan chain − 1           (polynomial factors)
-// with (θ_exp, P) = (16 ln 2, 2^12) for float key tiles and (128 ln 2, 2^20) for double
-// arithmetic and for query tiles (whose coefficients are composed in double). The result is
-// accurate relative to |q| ‖A(t−s)‖ |k| at any absolute time and sequence length; see
-// docs/kernels-scores.md for the error analysis behind these numbers. A tile may shrink to
-// one token (irregular timestamps with long gaps on a decaying encoding).
-// Pure rotations (every Re λ = 0, no Jordan chain, no decay: RoPE) need no rebasing: they
-// use anchor 0, encode each query tile once and each key tile once per block of query tiles.
+//     (1 + 4h)^p ≤ P       p = longest Jordan chain − 1           (polynomial factors)
+// with (θ_exp, P) = (16 ln 2, 2^12) in float and (128 ln 2, 2^20) in double arithmetic
+// (rebase_limits). The result is accurate relative to |q| ‖A(t−s)‖ |k| at any absolute time
+// and sequence length; docs/kernels-scores.md §3 has the error analysis behind these
+// numbers. A tile may shrink to one token (irregular timestamps, long gaps, fast decay).
+// Pure rotations (every Re λ = 0, no Jordan chain: RoPE) use anchor 0 for their
+// coefficients: each query tile is encoded once, each key tile once per block of query
+// tiles, nothing per tile pair; a scalar decay on top is rebased through row scales and
+// the GEMM's alpha.
 //
 // Arithmetic: double if q or k stores double, float otherwise (float, Eigen::half,
 // Eigen::bfloat16 storage). Positions and parameters are doubles; angles are reduced exactly
@@ -1030,14 +1032,15 @@ class ScoresRun {
       }
     has_alibi_ = !opt.alibi_slopes.empty();
     identity_ = coder_.identity();
-    pure_ = coder_.rate() == 0 && coder_.degree() == 0 && decay_rate == 0;
+    // A pure rotation needs no anchor for its coefficients; a scalar decay on top of it is
+    // rebased through row scales and the GEMM's alpha alone (no per-pair pass).
+    pure_ = coder_.rate() == 0 && coder_.degree() == 0;
     mode_ = pure_ ? Mode::pure : Mode::two_step;
 
     const double rate = coder_.rate() + decay_rate;
     const int deg = coder_.degree();
-    const double h = pure_ ? std::numeric_limits<double>::infinity()
-                           : max_half_spread(rate, deg, rebase_limits<C>::exp_budget,
-                                             rebase_limits<C>::poly_budget);
+    const double h =
+        max_half_spread(rate, deg, rebase_limits<C>::exp_budget, rebase_limits<C>::poly_budget);
     // Default tiles: 256 queries x 512 keys (fewer, larger GEMM calls amortise Eigen's
     // packing), fewer for large d so that an encoded key tile stays within 256 KiB.
     const Index cb = Index(sizeof(C)) * std::max<Index>(d_, 1);
@@ -1066,7 +1069,8 @@ class ScoresRun {
       cache.key.clear();  // invalid while being rebuilt
       cache.kcoef.resize(std::size_t(nkr * coef_));
       cache.qcoef.resize(std::size_t(nqr * coef_));
-      std::vector<double> kdelta(static_cast<std::size_t>(nkr)), rel(std::size_t(kChunkRows * rel_));
+      std::vector<double> kdelta(static_cast<std::size_t>(nkr)),
+          rel(std::size_t(kChunkRows * rel_));
       for (Index r = 0; r < nkr; ++r) kdelta[std::size_t(r)] = -kp_.ref_delta[std::size_t(r)];
       coefficients(kdelta.data(), nkr, cache.kcoef.data(), false, rel.data());
       coefficients(qp_.ref_delta.data(), nqr, cache.qcoef.data(), true, rel.data());
@@ -1366,7 +1370,8 @@ class ScoresRun {
   // How the query side is rebased (see the top of the file):
   //   pure:     anchor 0; q̃ = A(t_i)^T q encoded once per unit, keys once per key tile, both
   //             as the tile's relative table A(t − T) times the tile's constant A(T) (they
-  //             commute: A(a)A(b) = A(a + b));
+  //             commute: A(a)A(b) = A(a + b)); a scalar decay is still rebased: γ^(t_i − T_I)
+  //             in the query rows, γ^(S_J − s_j) in the key rows, γ^(T_I − S_J) in alpha;
   //   two_step: q̂ = A(t_i − T_I)^T q once per unit, k̃ = A(S_J − s_j) k once per key tile,
   //             and per tile pair q̃ = A(T_I − S_J)^T q̂, one constant factor per block.
   enum class Mode { pure, two_step };
@@ -1389,7 +1394,7 @@ class ScoresRun {
       const Index b = qp_.begin[std::size_t(I)], n = qp_.rows(I), r0 = row0[I - I0];
       const double T = qp_.anchor[std::size_t(I)];
       const bool reg = qp_.regular[std::size_t(I)] != 0;
-      if (mode_ == Mode::pure && identity_ && q_direct_) continue;  // read in place
+      if (mode_ == Mode::pure && identity_ && q_direct_ && !has_decay_) continue;  // in place
       const C* coef = nullptr;
       const C* coefx = nullptr;
       if (!identity_) {
@@ -1493,15 +1498,15 @@ class ScoresRun {
           double alpha = opt_.scale;
           const C* a;
           Index lda = d;
+          if (has_decay_) alpha *= std::exp(lam_[std::size_t(h)] * (T - S));  // γ^(T_I − S_J)
           if (mode_ == Mode::pure) {
-            if (identity_ && q_direct_) {
+            if (identity_ && q_direct_ && !has_decay_) {
               a = reinterpret_cast<const C*>(q_.vector(b, h));
               lda = q_.strides().token;
             } else {
               a = qrow(I, g);
             }
           } else {
-            if (has_decay_) alpha *= std::exp(lam_[std::size_t(h)] * (T - S));  // γ^(T_I − S_J)
             if (qcoef == nullptr) {  // identity encoding: the cached rows are final
               a = qrow(I, g);
             } else {
