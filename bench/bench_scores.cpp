@@ -13,6 +13,8 @@
 // Counter GFLOPS = 2 n^2 d heads / s (wall time: UseRealTime, OpenMP threads included).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -231,6 +233,64 @@ void fused(benchmark::State& state, const E& enc, ScoreOptions opt) {
   set_counters(state, n, d);
 }
 
+// Paired: each iteration times the plain GEMM and the fused kernel back to back (in
+// alternating order, so that neither always runs on a warm cache) and records the ratio
+// GEMM time / fused time. On a shared, noisy machine the median of these paired ratios is
+// far steadier than a ratio of two separately measured medians. Counters: vs_gemm (median
+// ratio; >= 1 means the fused kernel is at least as fast as the GEMM without encoding),
+// GFLOPS (from the median fused time). Reported time: the fused kernel's (manual time).
+template <class E>
+void paired(benchmark::State& state, const E& enc, ScoreOptions opt) {
+  using clock = std::chrono::steady_clock;
+  const Index n = state.range(0), d = state.range(1);
+  const int threads = int(state.range(2));
+  opt.threads = threads;
+  Data& D = data(n, d);
+  float* out = out_buffer(n).data();
+  const TensorView<const float> q(D.q.data(), n, kHeads, d), k(D.k.data(), n, kHeads, d);
+  const TensorView<float> o(out, kHeads, n, n);
+  auto run_gemm = [&] {
+    set_threads(threads);
+    const auto t0 = clock::now();
+    gemm_heads(D.q.data(), D.k.data(), out, n, d);
+    benchmark::DoNotOptimize(out);
+    benchmark::ClobberMemory();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  auto run_fused = [&] {
+    set_threads(threads, 1);
+    const auto t0 = clock::now();
+    peal::scores(enc, q, Positions::sequence(0.0), k, Positions::sequence(0.0), o, opt);
+    benchmark::DoNotOptimize(out);
+    benchmark::ClobberMemory();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  std::vector<double> ratios, times;
+  bool gemm_first = true;
+  for (auto _ : state) {
+    double g, f;
+    if (gemm_first) {
+      g = run_gemm();
+      f = run_fused();
+    } else {
+      f = run_fused();
+      g = run_gemm();
+    }
+    gemm_first = !gemm_first;
+    ratios.push_back(g / f);
+    times.push_back(f);
+    state.SetIterationTime(f);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+  };
+  const double tf = median(times);
+  state.counters["vs_gemm"] = median(ratios);
+  state.counters["GFLOPS"] = 2.0 * double(n) * double(n) * double(d) * kHeads * 1e-9 / tf;
+}
+
 ScoreOptions with_alibi() {
   ScoreOptions o;
   o.alibi_slopes = slopes();
@@ -307,6 +367,27 @@ void reg(const std::string& name, Fn fn, bool naive_only = false) {
   reg("mixed_jordan2/fused", [](benchmark::State& s) { fused(s, mixed(s.range(1)), {}); });
   reg("mixed_jordan2/unfused",
       [](benchmark::State& s) { unfused(s, mixed(s.range(1)), Epilogue::none); });
+  // Paired ratios (see paired()): n = 512 and 2048, minimum 20 pairs each.
+  auto reg_pair = [](const std::string& name, auto fn) {
+    auto* b = benchmark::RegisterBenchmark(("paired/" + name).c_str(), fn);
+    b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    for (Index n : {512, 2048})
+      for (Index d : {64, 128})
+        for (Index t : {1, 2}) b->Args({n, d, t});
+  };
+  reg_pair("rope_interleaved",
+           [](benchmark::State& s) { paired(s, rope(s.range(1), Layout::Interleaved), {}); });
+  reg_pair("rope_halfsplit",
+           [](benchmark::State& s) { paired(s, rope(s.range(1), Layout::HalfSplit), {}); });
+  reg_pair("alibi", [](benchmark::State& s) {
+    paired(s, peal::PassThrough<double>(int(s.range(1))), with_alibi());
+  });
+  reg_pair("retnet_decay", [](benchmark::State& s) {
+    paired(s, rope(s.range(1), Layout::Interleaved), with_decay());
+  });
+  reg_pair("xpos", [](benchmark::State& s) { paired(s, peal::xpos<double>(int(s.range(1))), {}); });
+  reg_pair("mixed_jordan2", [](benchmark::State& s) { paired(s, mixed(s.range(1)), {}); });
+  reg_pair("jordan3", [](benchmark::State& s) { paired(s, jordan3(s.range(1)), {}); });
   reg("jordan3/fused", [](benchmark::State& s) { fused(s, jordan3(s.range(1)), {}); });
   return true;
 }();
