@@ -367,13 +367,18 @@ void reg(const std::string& name, Fn fn, bool naive_only = false) {
   reg("mixed_jordan2/fused", [](benchmark::State& s) { fused(s, mixed(s.range(1)), {}); });
   reg("mixed_jordan2/unfused",
       [](benchmark::State& s) { unfused(s, mixed(s.range(1)), Epilogue::none); });
-  // Paired ratios (see paired()): n = 512 and 2048, minimum 20 pairs each.
+  // Paired ratios (see paired()): n = 512 and 2048 for at least 1 s of fused time each.
   auto reg_pair = [](const std::string& name, auto fn) {
     auto* b = benchmark::RegisterBenchmark(("paired/" + name).c_str(), fn);
     b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
     for (Index n : {512, 2048})
       for (Index d : {64, 128})
         for (Index t : {1, 2}) b->Args({n, d, t});
+    // n = 8192 (a 1 GiB output): 5 pairs, ~1-3 s each.
+    auto* big = benchmark::RegisterBenchmark(("paired/" + name).c_str(), fn);
+    big->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+    for (Index d : {64, 128})
+      for (Index t : {1, 2}) big->Args({8192, d, t});
   };
   reg_pair("rope_interleaved",
            [](benchmark::State& s) { paired(s, rope(s.range(1), Layout::Interleaved), {}); });
