@@ -1155,9 +1155,9 @@ class ScoresRun {
     kcoef_shared_.p = cache.kcoef.data();
     qcoef_shared_.p = cache.qcoef.data();
 
-    // Direct access: GEMM operands straight from the caller's memory when possible.
-    q_direct_ = std::is_same<TQ, C>::value && q.strides().elem == 1 && q.strides().token > 0;
-    k_direct_ = std::is_same<TK, C>::value && k.strides().elem == 1 && k.strides().token > 0;
+    // GEMM operands always come from the contiguous per-unit caches, even for an identity
+    // encoding: reading them straight from a strided [n, H, d] view measured 2-3 % slower
+    // (bench/README.md, ALiBi), and one path is simpler.
     const auto& os = out.strides();
     out_rm_ = std::is_same<Out, C>::value && (os.elem == 1 || nk_ == 1) && os.head > 0;
     out_cm_ = !out_rm_ && std::is_same<Out, C>::value && os.head == 1 && os.elem > 0;
@@ -1475,7 +1475,6 @@ class ScoresRun {
       const Index b = qp_.begin[std::size_t(I)], n = qp_.rows(I), r0 = row0[I - I0];
       const double T = qp_.anchor[std::size_t(I)];
       const bool reg = qp_.regular[std::size_t(I)] != 0;
-      if (mode_ == Mode::pure && identity_ && q_direct_ && !has_decay_) continue;  // in place
       const C* coef = nullptr;
       const C* coefx = nullptr;
       if (!identity_) {
@@ -1545,19 +1544,12 @@ class ScoresRun {
         for (Index r = 0; r < nkj; ++r)
           ws.kscale[std::size_t(r)] = std::exp(lam * (S - s_[std::size_t(jb + r)]));
       };
-      const C* kbuf;
-      Index ldk;
-      if (identity_ && !has_decay_ && k_direct_) {
-        kbuf = reinterpret_cast<const C*>(k_.vector(jb, kh));
-        ldk = k_.strides().token;
-      } else {
-        const bool fold = has_decay_ && shared_decay;
-        if (fold) key_scale(kh * G);
-        encode_rows(k_, jb, nkj, kh, kcoef, kcoefx, false, fold ? ws.kscale.data() : nullptr,
-                    ws.ktile.data(), scratch);
-        kbuf = ws.ktile.data();
-        ldk = d;
-      }
+      const bool fold = has_decay_ && shared_decay;
+      if (fold) key_scale(kh * G);
+      encode_rows(k_, jb, nkj, kh, kcoef, kcoefx, false, fold ? ws.kscale.data() : nullptr,
+                  ws.ktile.data(), scratch);
+      const C* kbuf = ws.ktile.data();
+      const Index ldk = d;
 
       for (Index I = I0; I < I1; ++I) {
         const int mask = mask_state(I, J);
@@ -1578,15 +1570,10 @@ class ScoresRun {
           const Index h = kh * G + g;
           double alpha = opt_.scale;
           const C* a;
-          Index lda = d;
+          const Index lda = d;
           if (has_decay_) alpha *= std::exp(lam_[std::size_t(h)] * (T - S));  // γ^(T_I − S_J)
           if (mode_ == Mode::pure) {
-            if (identity_ && q_direct_ && !has_decay_) {
-              a = reinterpret_cast<const C*>(q_.vector(b, h));
-              lda = q_.strides().token;
-            } else {
-              a = qrow(I, g);
-            }
+            a = qrow(I, g);
           } else {
             if (qcoef == nullptr) {  // identity encoding: the cached rows are final
               a = qrow(I, g);
@@ -1629,7 +1616,7 @@ class ScoresRun {
   int rel_ = 0, coef_ = 0;
   Buf<C> qcoef_shared_, kcoef_shared_;
   Mode mode_ = Mode::pure;
-  bool q_direct_ = false, k_direct_ = false, out_rm_ = false, out_cm_ = false;
+  bool out_rm_ = false, out_cm_ = false;
   Index tiles_per_block_ = 1, blocks_ = 0, units_ = 0;
   int threads_ = 1;
 };
