@@ -652,3 +652,15 @@ TEST_CASE("encode: OpenMP threads give bitwise the same result", "[encode]") {
   }
 }
 #endif
+
+// A preset is dispatched as the encoding it is (detail::has_encoding_type, encoding.hpp):
+// RopeEncoding gets the BlockDiagonal kernel (fast rotation bank + pass-through), not the
+// generic dense one. Checked at compile time.
+namespace {
+namespace ek = peal::detail::encode_kernels;
+using RopeD = peal::RopeEncoding<double>;
+static_assert(std::is_same<ek::kernel_t<float, RopeD>, ek::kernel_t<float, RopeD::encoding_type>>::value,
+              "RopeEncoding must use its BlockDiagonal's kernel");
+static_assert(!std::is_same<ek::kernel_t<float, RopeD>, ek::DenseKernel<float, RopeD>>::value,
+              "RopeEncoding must not take the dense fallback");
+}  // namespace

@@ -880,3 +880,11 @@ TEST_CASE("scores: timestamps near 1.7e9 with irregular gaps on a decaying rotat
   od.alibi_slopes = {1e-4};
   cd.run_and_check<double>(od, 0, eps_d, 1, 1e4);
 }
+
+// A preset is dispatched as the encoding it is (detail::has_encoding_type, encoding.hpp).
+namespace {
+namespace skd = peal::detail::scores_kernels;
+static_assert(std::is_same<skd::coder_t<float, peal::RopeEncoding<double>>,
+                           skd::coder_t<float, peal::RopeEncoding<double>::encoding_type>>::value,
+              "RopeEncoding must use its BlockDiagonal's coder");
+}  // namespace

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "bank.hpp"
+#include "detail/storage.hpp"
 #include "basis_change.hpp"
 #include "block_diagonal.hpp"
 #include "errors.hpp"
@@ -108,32 +109,10 @@ enum class Mode { query, key, shift };
 /// Below this many elements per call, OpenMP threads are not started.
 inline constexpr Index kParallelMinElements = Index(1) << 16;
 
-template <class T>
-struct is_storage : std::integral_constant<bool, std::is_same<T, float>::value ||
-                                                     std::is_same<T, double>::value ||
-                                                     std::is_same<T, Eigen::half>::value ||
-                                                     std::is_same<T, Eigen::bfloat16>::value> {};
-
-/// Arithmetic type for a source/destination storage pair.
-template <class TS, class TD>
-using arith_t = std::conditional_t<std::is_same<std::remove_cv_t<TS>, double>::value ||
-                                       std::is_same<std::remove_cv_t<TD>, double>::value,
-                                   double, float>;
-
-template <class A, class T>
-inline A to_arith(T x) {
-  if constexpr (std::is_same<T, Eigen::half>::value || std::is_same<T, Eigen::bfloat16>::value)
-    return A(static_cast<float>(x));
-  else
-    return A(x);
-}
-template <class T, class A>
-inline T from_arith(A x) {
-  if constexpr (std::is_same<T, Eigen::half>::value || std::is_same<T, Eigen::bfloat16>::value)
-    return T(static_cast<float>(x));
-  else
-    return T(x);
-}
+using detail::arith_t;
+using detail::from_arith;
+using detail::is_storage;
+using detail::to_arith;
 
 // ---- exp of many arguments at once: out[i] = e^{a[i] p}. Straight-line arithmetic without
 // libm calls so the loop vectorizes (the growth factors of decaying rotation banks and real
@@ -685,6 +664,9 @@ template <class A, class E>
 struct kernel_for<A, BasisChange<E>> {
   using type = BasisChangeKernel<A, E>;
 };
+template <class A, class E>  // a preset: the kernel of the encoding it is
+struct kernel_for<A, E, std::enable_if_t<has_encoding_type<E>::value>>
+    : kernel_for<A, typename E::encoding_type> {};
 
 template <class TS, class TD>
 inline void prefetch_row(const TS* s, TD* d, Index bytes) {

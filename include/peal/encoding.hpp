@@ -6,10 +6,24 @@
 // encode_key and the reference score q^T A(t-s) k.
 #pragma once
 
+#include <type_traits>
+
 #include "errors.hpp"
 #include "detail/scalar.hpp"
 
 namespace peal {
+
+namespace detail {
+/// A preset that is an ordinary peal encoding under another name (RopeEncoding is a
+/// BlockDiagonal plus metadata) declares `using encoding_type = <that encoding>;` and the
+/// batch kernels (encode.hpp, scores.hpp) dispatch on that type instead of falling back to
+/// the generic dense path.
+template <class E, class = void>
+struct has_encoding_type : std::false_type {};
+template <class E>
+struct has_encoding_type<E, std::void_t<typename E::encoding_type>>
+    : std::integral_constant<bool, !std::is_same<typename E::encoding_type, E>::value> {};
+}  // namespace detail
 
 template <class Derived, class S>
 class Encoding {

@@ -539,31 +539,4 @@ void scale_rotary(const RopeEncoding<S>& rope, TensorView<T> x) {
       }
 }
 
-// The batch kernels (encode.hpp, scores.hpp) pick a kernel by the exact encoding type. A
-// RopeEncoding must get the kernel of the BlockDiagonal it is (rotation bank + pass-through),
-// not the generic dense/fallback one: the mappings are declared here, next to the type, so
-// they exist whichever header is included first.
-namespace detail {
-namespace encode_kernels {
-template <class A, class E, class>
-struct kernel_for;
-template <class A, class... Parts>
-class BlockDiagonalKernel;
-template <class A, class S>
-struct kernel_for<A, RopeEncoding<S>, void> {
-  using type = BlockDiagonalKernel<A, Bank<RotationBlock<S>>, PassThrough<S>>;
-};
-}  // namespace encode_kernels
-namespace scores_kernels {
-template <class C, class E, class>
-struct coder_for;
-template <class C, class... Parts>
-class BlockDiagonalCoder;
-template <class C, class S>
-struct coder_for<C, RopeEncoding<S>, void> {
-  using type = BlockDiagonalCoder<C, Bank<RotationBlock<S>>, PassThrough<S>>;
-};
-}  // namespace scores_kernels
-}  // namespace detail
-
 }  // namespace peal

@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "bank.hpp"
+#include "detail/storage.hpp"
 #include "basis_change.hpp"
 #include "block_diagonal.hpp"
 #include "errors.hpp"
@@ -105,25 +106,9 @@ struct ScoreOptions {
 namespace detail {
 namespace scores_kernels {
 
-template <class T>
-struct is_storage : std::integral_constant<bool, std::is_same<T, float>::value ||
-                                                     std::is_same<T, double>::value ||
-                                                     std::is_same<T, Eigen::half>::value ||
-                                                     std::is_same<T, Eigen::bfloat16>::value> {};
-
-/// Arithmetic type: double if either side stores double, float otherwise.
-template <class Tq, class Tk>
-using arith_t = std::conditional_t<std::is_same<std::remove_cv_t<Tq>, double>::value ||
-                                       std::is_same<std::remove_cv_t<Tk>, double>::value,
-                                   double, float>;
-
-template <class A, class T>
-inline A to_arith(T x) {
-  if constexpr (std::is_same<T, Eigen::half>::value || std::is_same<T, Eigen::bfloat16>::value)
-    return A(static_cast<float>(x));
-  else
-    return A(x);
-}
+using detail::arith_t;
+using detail::is_storage;
+using detail::to_arith;
 
 // ---- Rebasing thresholds (docs/kernels-scores.md, "Rebasing") -----------------------------
 // exp_budget θ: every growth/decay factor inside a tile is ≤ e^θ (2^16 for float: the tile
@@ -930,6 +915,9 @@ template <class C, class E>
 struct coder_for<C, BasisChange<E>> {
   using type = BasisChangeCoder<C, E>;
 };
+template <class C, class E>  // a preset: the coder of the encoding it is
+struct coder_for<C, E, std::enable_if_t<has_encoding_type<E>::value>>
+    : coder_for<C, typename E::encoding_type> {};
 
 // ---- Per-thread arena ----------------------------------------------------------------------
 /// A pointer into the arena (what the workspace hands out instead of std::vector).
