@@ -18,7 +18,7 @@
 //
 // bytes_per_second counts read + write bytes (2 * n * 32 * d * 4). Everything runs on one
 // thread (omp_set_num_threads(1) when built with OpenMP) except BM_PealRope_2threads.
-// The peal / copy ratio is computed afterwards from the medians (bench/results-encode.md).
+// The peal / copy ratio is computed afterwards from the medians (bench/README.md).
 #include <benchmark/benchmark.h>
 
 #include <cmath>

@@ -1,10 +1,12 @@
 // Benchmarks of peal::scores (include/peal/scores.hpp), the fused, rebased scores kernel,
-// against the baselines that matter (results: bench/results-scores.md):
+// against the baselines that matter (results and the commands: bench/README.md):
 //   plain     Eigen GEMM Q_h K_h^T per head, no positional encoding (the speed of light);
 //   unfused   encode every query and key (peal::encode_queries/encode_keys into scratch
 //             copies, global F(t), G(s)), then the same GEMM per head, then the epilogue;
 //   naive     the per-pair form q^T A(t - s) k (peal::scores_reference), n = 512 only;
-//   fused     peal::scores.
+//   fused     peal::scores;
+//   paired    the plain GEMM and peal::scores timed back to back, median of the ratios
+//             (the figure bench/README.md reports; see paired()).
 // Encodings: RoPE (both layouts), ALiBi (no rotation + slope epilogue), RetNet (RoPE + scalar
 // decay per head, rebasing on), xPos (per-pair decays, rebasing on), a mixed composition with
 // RotationJordanBlock<2> and JordanBlock<2> (rebasing on), and JordanBlock<3> (float tiles
