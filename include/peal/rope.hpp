@@ -557,11 +557,11 @@ struct kernel_for<A, RopeEncoding<S>, void> {
 namespace scores_kernels {
 template <class C, class E, class>
 struct coder_for;
-template <class C, class... Parts>
+template <class C, bool Split, class... Parts>
 class BlockDiagonalCoder;
 template <class C, class S>
 struct coder_for<C, RopeEncoding<S>, void> {
-  using type = BlockDiagonalCoder<C, Bank<RotationBlock<S>>, PassThrough<S>>;
+  using type = BlockDiagonalCoder<C, false, Bank<RotationBlock<S>>, PassThrough<S>>;
 };
 }  // namespace scores_kernels
 }  // namespace detail
