@@ -660,6 +660,19 @@ TEST_CASE("scores: which encodings take the per-pair path; the others stay corre
           float, peal::BlockDiagonal<peal::RotationJordanBlock<2>, peal::JordanBlock<1>>>::value);
 
   std::mt19937 rng(305);
+  // Half and bfloat16 storage (float arithmetic) on the per-pair path, ρ = 1.
+  const auto e3 = jordan3_mix<double>(-0.02);
+  const auto r3 = jordan3_mix<long double>(-0.02);
+  ScoreOptions ho;
+  ho.causal = true;
+  ho.alibi_slopes = {0.25, 0.5};
+  ho.query_tile = 16;
+  Case<Eigen::half, J3> ch(e3, r3, 40, 43, 2, 1, Positions::sequence(1e6 + 3.0),
+                           Positions::sequence(1e6), Layout::offset_padded, Layout::dense, rng);
+  ch.run_and_check<float>(ho, 0, eps_f);
+  Case<Eigen::bfloat16, J3> cb(e3, r3, 40, 43, 2, 1, Positions::sequence(3.0),
+                               Positions::sequence(0.0), Layout::dense, Layout::elem_stride2, rng);
+  cb.run_and_check<double>(ho, 2, eps_f);
   // A bare JordanBlock<3> at t ~ 1e6 in float: tiles capped at (1 + 4h)^2 <= 2^12 (h <= 15.75),
   // ρ = (1 + 2 h_q + 2 h_k)^2 <= 64².
   const peal::JordanBlock<3, double> bare(-0.01);
