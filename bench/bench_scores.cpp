@@ -9,8 +9,8 @@
 //             (the figure bench/README.md reports; see paired()).
 // Encodings: RoPE (both layouts), ALiBi (no rotation + slope epilogue), RetNet (RoPE + scalar
 // decay per head, rebasing on), xPos (per-pair decays, rebasing on), a mixed composition with
-// RotationJordanBlock<2> and JordanBlock<2> (rebasing on), and JordanBlock<3> (float tiles
-// capped at 32 positions by the polynomial threshold). Arguments: n (queries = keys), d
+// RotationJordanBlock<2> and JordanBlock<2> (rebasing on), and JordanBlock<3> (its Jordan
+// part evaluated per pair, detail/scores_poly.hpp). Arguments: n (queries = keys), d
 // (head dim), threads. 4 heads, float storage and output, positions 0..n-1, no mask.
 // Counter GFLOPS = 2 n^2 d heads / s (wall time: UseRealTime, OpenMP threads included).
 #include <benchmark/benchmark.h>

@@ -29,6 +29,7 @@
 #include <peal/scores.hpp>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -253,6 +254,11 @@ struct Case {
 
   Case(const E& e, Index nq_, Index nk_, Index Hq_, Index Hk_, Positions tq_, Positions tk_,
        Layout lq, Layout lk, std::mt19937& rng)
+      : Case(e, e, nq_, nk_, Hq_, Hk_, tq_, tk_, lq, lk, rng) {}
+  // The reference from another encoding of the same A(τ) (e.g. its long double twin).
+  template <class R>
+  Case(const E& e, const R& ref_enc, Index nq_, Index nk_, Index Hq_, Index Hk_, Positions tq_,
+       Positions tk_, Layout lq, Layout lk, std::mt19937& rng)
       : enc(e),
         nq(nq_),
         nk(nk_),
@@ -265,7 +271,7 @@ struct Case {
         tkv(positions_of(tk_, nk_)),
         q(make_stored<T>(nq_, Hq_, d, lq, rng)),
         k(make_stored<T>(nk_, Hk_, d, lk, rng)),
-        ref(reference(e, q.val, k.val, nq, nk, Hq, Hk, d, tqv, tkv)) {}
+        ref(reference(ref_enc, q.val, k.val, nq, nk, Hq, Hk, d, tqv, tkv)) {}
 
   // width: bound of |t - anchor| + |anchor - t'| within a tile (< 0: from the tile size).
   template <class Out>
@@ -520,6 +526,175 @@ TEST_CASE("scores: compositions, Jordan blocks, basis change and a user encoding
   lo.query_tile = 4;
   lo.key_tile = 4;
   l.run_and_check<float>(lo, 0, eps_f, std::pow(1 + 2 * 2.0, 2));
+}
+
+// ---- Polynomial parts per pair (detail/scores_poly.hpp) -------------------------------------
+//
+// In a BlockDiagonal, real JordanBlock<M ≥ 2> parts are evaluated per pair,
+// e^{λτ} Σ_m τ^m/m! Σ_a q_a k_{a+m}, and added to the tile before its GEMM. Tolerance: the
+// bound of check_scores with ρ = 1, i.e. 2 (d + 16) eps_C |q| ‖A(τ)‖ |k| (+ ALiBi and output
+// rounding terms), the same as for rotations, at any tile size and absolute time. Why it
+// holds: the GEMM share is the rotation bound (d + ~8) eps_C; the polynomial share, per pair,
+// has one rounding of each coefficient f q_a/m! and w k_c (formed in double), one of τ (formed
+// exactly as α + β, or as t − s in double; m of them in τ^m, m < M), 2b in the Horner sum of
+// the b-th row (b < M) and M in the dot over rows: ≤ (4M − 1) eps_C |q_J|ᵀ|A_J(τ)||k_J|
+// ≤ 15 eps_C |q| ‖A(τ)‖ |k| for M ≤ 4 (|A_J(τ)| has the 1- and ∞-norms of A_J(τ), which
+// bound its 2-norm); adding it to the GEMM result is one more rounding, and
+// (d + 8) + 15 + 1 ≤ 2 (d + 16) for every d. The reference is the encoding's own score() in
+// long double, whose error (~d 2^-64) is negligible at eps_C = 2^-23 (float) and 2^-52 (double).
+
+namespace {
+
+template <class S>
+peal::Bank<peal::RotationBlock<S>> rot_bank(int pairs, peal::Layout layout, double a = 0.0) {
+  std::vector<peal::RotationBlock<S>> b;
+  for (int i = 0; i < pairs; ++i) b.emplace_back(std::pow(10000.0L, -2.0L * i / (2.0L * pairs)), a);
+  return peal::Bank<peal::RotationBlock<S>>(b, layout);
+}
+/// RoPE + JordanBlock<3>{λ} + a slowly decaying half-split bank + pass-through (d = 17).
+template <class S>
+auto jordan3_mix(double lambda) {
+  return peal::compose(rot_bank<S>(4, peal::Layout::Interleaved), peal::JordanBlock<3, S>(lambda),
+                       rot_bank<S>(2, peal::Layout::HalfSplit, -0.003), peal::PassThrough<S>(2));
+}
+/// Two polynomial parts, the first at offset 0: JordanBlock<4>{λ}, RoPE, JordanBlock<2>{λ/2},
+/// one pass-through coordinate (d = 13).
+template <class S>
+auto jordan4_mix(double lambda) {
+  return peal::compose(peal::JordanBlock<4, S>(lambda), rot_bank<S>(3, peal::Layout::HalfSplit),
+                       peal::JordanBlock<2, S>(0.5 * lambda), peal::PassThrough<S>(1));
+}
+
+/// One problem (storage T, grouped heads Hq = 2 Hk) under every option and output layout:
+/// row-major out (direct, and padded), column-major out (direct), heads-innermost out and
+/// double out (through the tile buffer), with default and small tiles.
+template <class T, class E, class R>
+void jordan_variants(const E& enc, const R& ref_enc, Index nq, Index nk, Positions tq, Positions tk,
+                     double eps_c, double width, std::mt19937& rng) {
+  Case<T, E> c(enc, ref_enc, nq, nk, 4, 2, tq, tk, Layout::dense, Layout::offset_padded, rng);
+  const std::vector<double> slopes = {0.5, 0.25, 0.125, 0.0625};
+  const std::vector<double> same = {0.97, 0.97, 0.99, 0.99};  // equal within each group of 2
+  const std::vector<double> diff = {0.97, 0.995, 0.99, 1.0};
+  for (int variant = 0; variant < 5; ++variant) {
+    ScoreOptions opt;
+    opt.causal = variant % 2 == 1;
+    if (variant >= 1) opt.scale = variant == 4 ? -0.5 : 0.125;
+    if (variant == 1 || variant == 3) opt.query_tile = 16, opt.key_tile = 24;
+    if (variant >= 2) opt.alibi_slopes = slopes;
+    if (variant == 2) opt.decay = same;
+    if (variant == 3) opt.decay = diff;
+    CAPTURE(variant);
+    for (int ol = 0; ol < 4; ++ol) {
+      CAPTURE(ol);
+      c.template run_and_check<float>(opt, ol, eps_c, 1.0, width);
+    }
+    c.template run_and_check<double>(opt, variant % 4, eps_c, 1.0, width);
+  }
+}
+
+template <class T>
+void jordan_suite(double eps_c) {
+  std::mt19937 rng(std::is_same<T, float>::value ? 303 : 304);
+  // Irregular timestamps near 1e6 (not representable offsets, gaps in [0.2, 2.2) and one of
+  // ~150): τ is formed in double there; evenly spaced ones take the exact α + β path.
+  std::vector<double> irr(50);
+  std::uniform_real_distribution<double> gap(0.2, 2.2);
+  double t = 1e6 - 0.3;
+  for (std::size_t i = 0; i < irr.size(); ++i) {
+    irr[i] = t;
+    t += i == 31 ? 150.0 + gap(rng) : gap(rng);
+  }
+  for (double lambda : {0.0, -0.02, 0.01}) {
+    CAPTURE(lambda);
+    const auto e3 = jordan3_mix<double>(lambda);
+    const auto r3 = jordan3_mix<long double>(lambda);
+    const auto e4 = jordan4_mix<double>(lambda);
+    const auto r4 = jordan4_mix<long double>(lambda);
+    static_assert(sk::scores_split<float, std::remove_cv_t<decltype(e3)>>::value, "per pair");
+    static_assert(sk::scores_split<double, std::remove_cv_t<decltype(e4)>>::value, "per pair");
+    // Near 0: 40 queries at the end of 61 keys (chunked prefill).
+    jordan_variants<T>(e3, r3, 40, 61, Positions::sequence(21.0), Positions::sequence(0.0), eps_c,
+                       -1, rng);
+    jordan_variants<T>(e4, r4, 40, 61, Positions::sequence(21.0), Positions::sequence(0.0), eps_c,
+                       -1, rng);
+    // Near 1e6, half steps.
+    jordan_variants<T>(e3, r3, 33, 70, Positions::sequence(1e6 + 18.5, 0.5),
+                       Positions::sequence(1e6, 0.5), eps_c, -1, rng);
+    jordan_variants<T>(e4, r4, 33, 70, Positions::sequence(1e6 + 18.5, 0.5),
+                       Positions::sequence(1e6, 0.5), eps_c, -1, rng);
+    // Irregular.
+    const Positions p(irr);
+    jordan_variants<T>(e3, r3, 50, 50, p, p, eps_c, 1e3, rng);
+    jordan_variants<T>(e4, r4, 50, 50, p, p, eps_c, 1e3, rng);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("scores: JordanBlock<3>/<4> parts per pair in float, every option and layout",
+          "[scores][jordan]") {
+  jordan_suite<float>(eps_f);
+}
+
+TEST_CASE("scores: JordanBlock<3>/<4> parts per pair in double, every option and layout",
+          "[scores][jordan]") {
+  jordan_suite<double>(eps_d);
+}
+
+TEST_CASE("scores: which encodings take the per-pair path; the others stay correct",
+          "[scores][jordan]") {
+  using J3 = decltype(jordan3_mix<double>(0.0));
+  STATIC_REQUIRE(sk::scores_split<float, J3>::value);
+  STATIC_REQUIRE(
+      sk::scores_split<float, decltype(peal::compose(peal::JordanBlock<2, double>(0.0),
+                                                     peal::PassThrough<double>(2)))>::value);
+  // A bare (or banked) Jordan block, a basis change around the composition, a composition
+  // nested in another, complex Jordan blocks and JordanBlock<1>: through the GEMM.
+  STATIC_REQUIRE_FALSE(sk::scores_split<float, peal::JordanBlock<3, double>>::value);
+  STATIC_REQUIRE_FALSE(sk::scores_split<float, peal::Bank<peal::JordanBlock<3, double>>>::value);
+  STATIC_REQUIRE_FALSE(sk::scores_split<float, peal::BasisChange<J3>>::value);
+  STATIC_REQUIRE_FALSE(
+      sk::scores_split<float, peal::BlockDiagonal<J3, peal::PassThrough<double>>>::value);
+  STATIC_REQUIRE_FALSE(
+      sk::scores_split<
+          float, peal::BlockDiagonal<peal::RotationJordanBlock<2>, peal::JordanBlock<1>>>::value);
+
+  std::mt19937 rng(305);
+  // Half and bfloat16 storage (float arithmetic) on the per-pair path, ρ = 1.
+  const auto e3 = jordan3_mix<double>(-0.02);
+  const auto r3 = jordan3_mix<long double>(-0.02);
+  ScoreOptions ho;
+  ho.causal = true;
+  ho.alibi_slopes = {0.25, 0.5};
+  ho.query_tile = 16;
+  Case<Eigen::half, J3> ch(e3, r3, 40, 43, 2, 1, Positions::sequence(1e6 + 3.0),
+                           Positions::sequence(1e6), Layout::offset_padded, Layout::dense, rng);
+  ch.run_and_check<float>(ho, 0, eps_f);
+  Case<Eigen::bfloat16, J3> cb(e3, r3, 40, 43, 2, 1, Positions::sequence(3.0),
+                               Positions::sequence(0.0), Layout::dense, Layout::elem_stride2, rng);
+  cb.run_and_check<double>(ho, 2, eps_f);
+  // A bare JordanBlock<3> at t ~ 1e6 in float: tiles capped at (1 + 4h)^2 <= 2^12 (h <= 15.75),
+  // ρ = (1 + 2 h_q + 2 h_k)^2 <= 64².
+  const peal::JordanBlock<3, double> bare(-0.01);
+  Case<float, decltype(bare)> b(bare, 70, 90, 2, 1, Positions::sequence(1e6 + 20.0),
+                                Positions::sequence(1e6), Layout::dense, Layout::dense, rng);
+  ScoreOptions opt;
+  opt.causal = true;
+  b.run_and_check<float>(opt, 0, eps_f, 64.0 * 64.0);
+  // A basis change around the composition, in double with 8-token tiles: ρ = (1 + 4·3.5)^2
+  // for the chain, cond(P)^2 for P^T and P^{-1}.
+  const auto inner = jordan3_mix<double>(-0.01);
+  Eigen::MatrixXd P = Eigen::MatrixXd::Identity(17, 17) + 0.2 * Eigen::MatrixXd::Random(17, 17);
+  const auto bc = peal::change_basis(inner, P);
+  Case<double, decltype(bc)> c(bc, 30, 41, 2, 2, Positions::sequence(1e6 + 11.0),
+                               Positions::sequence(1e6), Layout::dense, Layout::dense, rng);
+  ScoreOptions bo;
+  bo.query_tile = 8;
+  bo.key_tile = 8;
+  bo.alibi_slopes = {0.5, 0.25};
+  const Eigen::JacobiSVD<Eigen::MatrixXd> svd(P);
+  const double cond = svd.singularValues()(0) / svd.singularValues()(16);
+  c.run_and_check<double>(bo, 0, eps_d, 15.0 * 15.0 * cond * cond);
 }
 
 namespace {
@@ -809,10 +984,13 @@ TEST_CASE("scores: JordanBlock<3> at t ~ 1e6 in float is rebased; the global for
   std::mt19937 rng(1000000);
   const auto tq = Positions::sequence(1e6 + 24.0), tk = Positions::sequence(1e6);
   Case<float, decltype(enc)> c(enc, nq, nk, 1, 1, tq, tk, Layout::dense, Layout::dense, rng);
-  // Float tiles are capped at (1 + 4h)^2 <= 2^12, h <= 15.75: ρ <= (1 + 2h_q + 2h_k)^2 <= 64².
+  // The Jordan part of this composition is evaluated per pair (detail/scores_poly.hpp): no
+  // polynomial amplification, ρ = 1, with default (256 x 512) tiles. (Through the GEMM, as a
+  // bare JordanBlock<3> still is, float tiles are capped at (1 + 4h)^2 <= 2^12, h <= 15.75.)
+  static_assert(sk::scores_split<float, std::remove_cv_t<decltype(enc)>>::value, "per pair");
   ScoreOptions opt;
   opt.causal = true;
-  c.run_and_check<float>(opt, 0, eps_f, 64.0 * 64.0);
+  c.run_and_check<float>(opt, 0, eps_f, 1.0);
 
   // Global form: q̃ = F(t) q, k̃ = G(s) k in float. The entries are ~t²/2 = 5e11 and cancel
   // to the true ~τ²/2: the error is ~eps_f t² |q||k|, orders of magnitude above the score.

@@ -25,7 +25,7 @@
 // per block and tile pair. Tiles are split so that every |t − anchor| stays below a
 // half-spread h chosen from the generator:
 //     ρ · h ≤ θ_exp        ρ = max |Re λ(X)| + max_h |ln γ_h|   (growth/decay factors)
-//     (1 + 4h)^p ≤ P       p = longest Jordan chain − 1           (polynomial factors)
+//     (1 + 4h)^p ≤ P       p = longest Jordan chain − 1 in the GEMM (polynomial factors)
 // with (θ_exp, P) = (16 ln 2, 2^12) in float and (128 ln 2, 2^20) in double arithmetic
 // (rebase_limits). The result is accurate relative to |q| ‖A(t−s)‖ |k| at any absolute time
 // and sequence length; docs/kernels-scores.md §3 has the error analysis behind these
@@ -34,6 +34,12 @@
 // coefficients: each query tile is encoded once, each key tile once per block of query
 // tiles, nothing per tile pair; a scalar decay on top is rebased through row scales and
 // the GEMM's alpha.
+//
+// Polynomial parts (detail/scores_poly.hpp): the real JordanBlock<M ≥ 2> parts of a
+// BlockDiagonal are left out of the GEMM (their coordinates of the encoded rows are zero)
+// and evaluated per pair, e^{λτ} Σ_m τ^m/m! Σ_a q_{i,a} k_{j,a+m}, into each tile before its
+// GEMM accumulates into it. Every term is bounded by |q| ‖A(τ)‖ |k|, so their chain length
+// does not limit the tiles (their λ still enters ρ: e^{λτ} is rebased like any growth).
 //
 // Arithmetic: double if q or k stores double, float otherwise (float, Eigen::half,
 // Eigen::bfloat16 storage). Positions and parameters are doubles; angles are reduced exactly
@@ -52,6 +58,7 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <peal/detail/scores_poly.hpp>
 #include <peal/detail/sincos.hpp>
 #include <sstream>
 #include <string>
@@ -667,7 +674,12 @@ class PassThroughCoder {
   int n_;
 };
 
-/// BlockDiagonal: each part's coder on its coordinates and on its columns of the tables.
+/// Coder of one part of a composition: ZeroCoder when the part is evaluated per pair (Split,
+/// detail/scores_poly.hpp), else its own.
+template <class C, class P, bool Split>
+using part_coder_t =
+    std::conditional_t<Split && is_poly_part<P>::value, ZeroCoder<C>, coder_t<C, P>>;
+
 // dst <- X R src: the coder's one-pass apply_both when it has one, else apply R, then X.
 template <class K, class = void>
 struct has_apply_both : std::false_type {};
@@ -686,7 +698,9 @@ void apply_both(const K& k, const C* coef, const C* coefx, const C* src, C* dst,
   }
 }
 
-template <class C, class... Parts>
+/// BlockDiagonal: each part's coder on its coordinates and on its columns of the tables.
+/// Split: the polynomial parts are left to the per-pair epilogue (their coordinates are zero).
+template <class C, bool Split, class... Parts>
 class BlockDiagonalCoder {
   static constexpr std::size_t N = sizeof...(Parts);
 
@@ -741,7 +755,7 @@ class BlockDiagonalCoder {
  private:
   template <std::size_t... I>
   BlockDiagonalCoder(const BlockDiagonal<Parts...>& bd, std::index_sequence<I...>)
-      : cs_(coder_t<C, Parts>(bd.template part<I>())...),
+      : cs_(part_coder_t<C, Parts, Split>(bd.template part<I>())...),
         off_{{bd.template offset<I>()...}},
         dim_(bd.dim()) {
     rel_off_[0] = coef_off_[0] = 0;
@@ -763,7 +777,7 @@ class BlockDiagonalCoder {
     (fn(std::get<I>(cs_), I), ...);
   }
 
-  std::tuple<coder_t<C, Parts>...> cs_;
+  std::tuple<part_coder_t<C, Parts, Split>...> cs_;
   std::array<int, N> off_;
   std::array<int, N + 1> rel_off_{}, coef_off_{};
   int dim_;
@@ -909,7 +923,7 @@ struct coder_for<C, PassThrough<S>> {
 };
 template <class C, class... Parts>
 struct coder_for<C, BlockDiagonal<Parts...>> {
-  using type = BlockDiagonalCoder<C, Parts...>;
+  using type = BlockDiagonalCoder<C, false, Parts...>;
 };
 template <class C, class E>
 struct coder_for<C, BasisChange<E>> {
@@ -918,6 +932,22 @@ struct coder_for<C, BasisChange<E>> {
 template <class C, class E>  // a preset: the coder of the encoding it is
 struct coder_for<C, E, std::enable_if_t<has_encoding_type<E>::value>>
     : coder_for<C, typename E::encoding_type> {};
+
+/// How scores() splits an encoding between the GEMM (coder) and the per-pair polynomial
+/// epilogue (poly, detail/scores_poly.hpp): a BlockDiagonal with real JordanBlock<M ≥ 2> parts
+/// at its top level evaluates those parts per pair; everything else (a bare or banked Jordan
+/// block, a nested composition, a BasisChange, RotationJordanBlock) goes through the GEMM.
+template <class C, class E, class = void>
+struct scores_split : std::false_type {
+  using coder = coder_t<C, E>;
+  using poly = NoPolyEpilogue<C>;
+};
+template <class C, class... Parts>
+struct scores_split<C, BlockDiagonal<Parts...>, std::enable_if_t<any_poly_part<Parts...>::value>>
+    : std::true_type {
+  using coder = BlockDiagonalCoder<C, true, Parts...>;
+  using poly = PolyEpilogue<C, Parts...>;
+};
 
 // ---- Per-thread arena ----------------------------------------------------------------------
 /// A pointer into the arena (what the workspace hands out instead of std::vector).
@@ -1062,7 +1092,8 @@ inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* 
 // ---- The driver ---------------------------------------------------------------------------
 template <class C, class E, class Tq, class Tk, class Out>
 class ScoresRun {
-  using K = coder_t<C, E>;
+  using K = typename scores_split<C, E>::coder;  // the GEMM's share of the encoding
+  using PE = typename scores_split<C, E>::poly;  // the polynomial parts, per pair
   using TQ = std::remove_cv_t<Tq>;
   using TK = std::remove_cv_t<Tk>;
   // Per-unit query cache budget: every key tile is encoded once per block of query tiles, so
@@ -1074,7 +1105,7 @@ class ScoresRun {
  public:
   ScoresRun(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
             const Positions& tk, const TensorView<Out>& out, const ScoreOptions& opt)
-      : coder_(enc), q_(q), k_(k), out_(out), opt_(opt) {
+      : coder_(enc), poly_(enc), q_(q), k_(k), out_(out), opt_(opt) {
     d_ = q.dim();
     Hq_ = q.heads();
     Hk_ = k.heads();
@@ -1101,7 +1132,9 @@ class ScoresRun {
     pure_ = coder_.rate() == 0 && coder_.degree() == 0;
     mode_ = pure_ ? Mode::pure : Mode::two_step;
 
-    const double rate = coder_.rate() + decay_rate;
+    // The polynomial parts' e^{λτ} is rebased like any growth (their λ is in the rate); their
+    // polynomial is evaluated per pair, so their chain length does not enter the degree.
+    const double rate = std::max(coder_.rate(), poly_.rate()) + decay_rate;
     const int deg = coder_.degree();
     const double h =
         max_half_spread(rate, deg, rebase_limits<C>::exp_budget, rebase_limits<C>::poly_budget);
@@ -1224,6 +1257,7 @@ class ScoresRun {
       const Index brows = r.tiles_per_block_ * TQm;
       const Index kd = std::max<Index>(d, 1);
       const bool direct = r.out_rm_ || r.out_cm_;
+      const Index pl = PE::active ? std::max(TQm, TKm) : 0;  // vector side of the poly parts
       // Eigen's packing buffers: sizes from its own blocking heuristic, for the orientation
       // used (a row-major result is computed as the transposed column-major product).
       Index kc = kd, mc = r.out_cm_ ? TQm : TKm, nc = r.out_cm_ ? TKm : TQm;
@@ -1251,8 +1285,15 @@ class ScoresRun {
         row0 = a.take<Index>(r.tiles_per_block_ + 1);
         blockA = a.take<C>(kc * mc);
         blockB = a.take<C>(kc * nc);
+        psoa = a.take<C>(r.poly_.width() * pl);
+        pbeta = a.take<C>(pl);
+        ptau = a.take<C>(pl);
+        ppos = a.take<double>(pl);
+        pw = a.take<double>(pl);
       }
       blocking = Blocking(mc, nc, kc, blockA.data(), blockB.data());
+      poly.soa = psoa.data(), poly.beta = pbeta.data(), poly.tau = ptau.data();
+      poly.pos = ppos.data(), poly.w = pw.data(), poly.ld = pl;
     }
     struct Blocking : Eigen::internal::level3_blocking<C, C> {
       Blocking() = default;
@@ -1263,7 +1304,9 @@ class ScoresRun {
     };
     Blocking blocking;
     Buf<C> qcache, qtile, qcoef, kcoef, ktile, kdecay, tile, scratch, blockA, blockB, xcoef;
-    Buf<double> qscale, rel, kscale, delta, cross;
+    Buf<C> psoa, pbeta, ptau;
+    Buf<double> qscale, rel, kscale, delta, cross, ppos, pw;
+    PolyWork<C> poly;
     Buf<Out> rbias, cbias;
     Buf<Index> row0;
   };
@@ -1336,10 +1379,10 @@ class ScoresRun {
       for (Index j = 0; j < n; ++j) out_(h, i0 + i, j0 + j) = v;
   }
 
-  // out tile (h, [i0, i0+m) x [j0, j0+n)) = alpha a b^T (+ epilogue). a: m x d, b: n x d.
-  // out tile (h, [i0, i0+m) x [j0, j0+n)) = alpha a b^T (+ ALiBi, mask). a: m x d, b: n x d.
-  // Eigen's kernel accumulates into the tile, so the tile starts as the ALiBi bias when it
-  // lives in `out` (no separate bias pass), as zeros otherwise.
+  // out tile (h, [i0, i0+m) x [j0, j0+n)) = alpha a b^T (+ ALiBi, polynomial parts, mask).
+  // a: m x d, b: n x d. Eigen's kernel accumulates into the tile, so the tile starts as the
+  // ALiBi bias when it lives in `out` (zeros otherwise) plus the polynomial parts evaluated
+  // per pair, one row (column) at a time while it is in L1: no separate pass over the tile.
   void product(Workspace& ws, Index h, Index I, Index J, const C* a, Index lda, const C* b,
                Index ldb, C alpha, int mask) const {
     const Index i0 = qp_.begin[std::size_t(I)], m = qp_.rows(I);
@@ -1353,38 +1396,39 @@ class ScoresRun {
       for (Index j = 0; j < n; ++j)
         ws.cbias[std::size_t(j)] = Out(-mh * (T - s_[std::size_t(j0 + j)]));
     }
-    C* res;
-    Index ldr;
+    C* res = ws.tile.data();
+    Index ldr = n;
     if (direct) {
       res = reinterpret_cast<C*>(out_ptr(h, i0, j0));
       ldr = out_rm_ ? out_.strides().head : out_.strides().elem;
-      const C* PEAL_RESTRICT rb = reinterpret_cast<const C*>(ws.rbias.data());
-      const C* PEAL_RESTRICT cb = reinterpret_cast<const C*>(ws.cbias.data());
-      if (out_rm_) {
-        for (Index i = 0; i < m; ++i) {
-          C* PEAL_RESTRICT o = res + i * ldr;
-          if (alibi) {
-            const C r = rb[i];
-            for (Index j = 0; j < n; ++j) o[j] = r + cb[j];
-          } else {
-            std::fill_n(o, n, C(0));
-          }
+    }
+    const bool bias = alibi && direct;  // (buffered tiles get it in the epilogue)
+    const C* PEAL_RESTRICT rb = reinterpret_cast<const C*>(ws.rbias.data());  // Out == C here
+    const C* PEAL_RESTRICT cb = reinterpret_cast<const C*>(ws.cbias.data());
+    if (out_cm_) {  // column j: queries contiguous
+      if constexpr (PE::active) poly_queries(ws, h, I);
+      for (Index j = 0; j < n; ++j) {
+        C* PEAL_RESTRICT o = res + j * ldr;
+        if (bias) {
+          const C c = cb[j];
+          for (Index i = 0; i < m; ++i) o[i] = rb[i] + c;
+        } else {
+          std::fill_n(o, m, C(0));
         }
-      } else {
-        for (Index j = 0; j < n; ++j) {
-          C* PEAL_RESTRICT o = res + j * ldr;
-          if (alibi) {
-            const C c = cb[j];
-            for (Index i = 0; i < m; ++i) o[i] = rb[i] + c;
-          } else {
-            std::fill_n(o, m, C(0));
-          }
-        }
+        if constexpr (PE::active) poly_key_line(ws, h, J, j, o);
       }
-    } else {
-      res = ws.tile.data();
-      ldr = n;
-      std::fill_n(res, m * n, C(0));
+    } else {  // row i: keys contiguous (in `out` or in the tile buffer)
+      if constexpr (PE::active) poly_keys(ws, h, J);
+      for (Index i = 0; i < m; ++i) {
+        C* PEAL_RESTRICT o = res + i * ldr;
+        if (bias) {
+          const C r = rb[i];
+          for (Index j = 0; j < n; ++j) o[j] = r + cb[j];
+        } else {
+          std::fill_n(o, n, C(0));
+        }
+        if constexpr (PE::active) poly_query_line(ws, h, I, i, o);
+      }
     }
     if (d_ > 0) {
       if (out_cm_)
@@ -1426,6 +1470,35 @@ class ScoresRun {
         }
       }
     }
+  }
+
+  // ---- Polynomial parts per pair (detail/scores_poly.hpp). Row-major tiles take the key tile
+  // as the vector side (built once per key tile and unit; again only for a head of the group
+  // with another decay) and broadcast one query row at a time; column-major tiles transpose.
+  double poly_lng(Index h) const { return has_decay_ ? lam_[std::size_t(h)] : 0.0; }
+  void poly_keys(Workspace& ws, Index h, Index J) const {
+    const double lng = poly_lng(h);
+    if (ws.poly.tag == J && ws.poly.lng == lng) return;
+    const Index jb = kp_.begin[std::size_t(J)], kh = h / G_;
+    poly_.vectors([&](Index x, int c) { return to_arith<double>(k_(jb + x, kh, c)); }, kp_.rows(J),
+                  s_.data() + jb, -1.0, kp_.anchor[std::size_t(J)], lng, false, ws.poly);
+    ws.poly.tag = J;
+  }
+  void poly_query_line(Workspace& ws, Index h, Index I, Index i, C* o) const {
+    const Index r = qp_.begin[std::size_t(I)] + i;
+    poly_.line([&](int c) { return to_arith<double>(q_(r, h, c)); }, t_[std::size_t(r)], opt_.scale,
+               false, ws.poly, o);
+  }
+  void poly_queries(Workspace& ws, Index h, Index I) const {
+    const Index ib = qp_.begin[std::size_t(I)];
+    poly_.vectors([&](Index x, int c) { return to_arith<double>(q_(ib + x, h, c)); }, qp_.rows(I),
+                  t_.data() + ib, 1.0, -qp_.anchor[std::size_t(I)], poly_lng(h), true, ws.poly);
+    ws.poly.tag = -1;
+  }
+  void poly_key_line(Workspace& ws, Index h, Index J, Index j, C* o) const {
+    const Index r = kp_.begin[std::size_t(J)] + j;
+    poly_.line([&](int c) { return to_arith<double>(k_(r, h / G_, c)); }, -s_[std::size_t(r)],
+               opt_.scale, true, ws.poly, o);
   }
 
   // 0: no mask needed, 1: partial, 2: every pair masked.
@@ -1538,6 +1611,7 @@ class ScoresRun {
                   ws.ktile.data(), scratch);
       const C* kbuf = ws.ktile.data();
       const Index ldk = d;
+      if constexpr (PE::active) ws.poly.tag = -1;  // the poly parts' key side: built on demand
 
       for (Index I = I0; I < I1; ++I) {
         const int mask = mask_state(I, J);
@@ -1593,6 +1667,7 @@ class ScoresRun {
   }
 
   K coder_;
+  PE poly_;
   TensorView<Tq> q_;
   TensorView<Tk> k_;
   TensorView<Out> out_;
