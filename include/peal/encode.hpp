@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "bank.hpp"
+#include "detail/compiler.hpp"
 #include "detail/storage.hpp"
 #include "basis_change.hpp"
 #include "block_diagonal.hpp"
@@ -68,34 +69,7 @@
 #include <omp.h>
 #endif
 
-// The per-token loops over heads are kept out of line: inlined into a caller whose extents
-// are compile-time constants, g++ -O3 vectorizes across heads instead of along the vector
-// (permute-heavy code, measured 1.6x slower).
-#ifndef PEAL_NOINLINE
-#if defined(__GNUC__) || defined(__clang__)
-#define PEAL_NOINLINE __attribute__((noinline))
-#elif defined(_MSC_VER)
-#define PEAL_NOINLINE __declspec(noinline)
-#else
-#define PEAL_NOINLINE
-#endif
-#endif
-
-#ifndef PEAL_PREFETCH
-#if defined(__GNUC__) || defined(__clang__)
-#define PEAL_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3)
-#else
-#define PEAL_PREFETCH(p, rw) ((void)0)
-#endif
-#endif
-
-#ifndef PEAL_RESTRICT
-#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
-#define PEAL_RESTRICT __restrict
-#else
-#define PEAL_RESTRICT
-#endif
-#endif
+// PEAL_NOINLINE, PEAL_PREFETCH, PEAL_RESTRICT: detail/compiler.hpp.
 
 namespace peal {
 namespace detail {

@@ -15,6 +15,9 @@
 #include "basis_change.hpp"
 #include "view.hpp"
 #include "positions.hpp"
+// Kernels on batches (docs/kernels-encode.md, docs/kernels-scores.md).
+#include "encode.hpp"
+#include "scores.hpp"
 // Presets (docs/presets.md). hf_config.hpp (needs nlohmann/json) is included explicitly.
 #include "rope.hpp"
 #include "alibi.hpp"

@@ -35,16 +35,9 @@
 #include <vector>
 
 #include "../block_diagonal.hpp"
+#include "compiler.hpp"
 #include "../jordan_block.hpp"
 #include "../view.hpp"
-
-#ifndef PEAL_RESTRICT
-#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
-#define PEAL_RESTRICT __restrict
-#else
-#define PEAL_RESTRICT
-#endif
-#endif
 
 namespace peal {
 namespace detail {
