@@ -15,8 +15,9 @@
 #include "basis_change.hpp"
 #include "view.hpp"
 #include "positions.hpp"
-// The kernels on batches are included on their own: <peal/encode.hpp>, <peal/scores.hpp>
-// (they bring OpenMP and Eigen/Eigenvalues; docs/design.md §4, item 7).
+// Kernels on batches (docs/kernels-encode.md, docs/kernels-scores.md).
+#include "encode.hpp"
+#include "scores.hpp"
 // Presets (docs/presets.md). hf_config.hpp (needs nlohmann/json) is included explicitly.
 #include "rope.hpp"
 #include "alibi.hpp"
