@@ -58,21 +58,14 @@ double arith_eps() {
   return std::is_same<T, double>::value ? std::numeric_limits<double>::epsilon()
                                         : double(std::numeric_limits<float>::epsilon());
 }
+// Storage <-> double through the library's own conversions (detail/storage.hpp).
 template <class T>
 double to_d(T x) {
-  return double(static_cast<float>(x));
-}
-template <>
-double to_d<double>(double x) {
-  return x;
+  return peal::detail::to_arith<double>(x);
 }
 template <class T>
 T from_d(double x) {
-  return T(static_cast<float>(x));
-}
-template <>
-double from_d<double>(double x) {
-  return x;
+  return peal::detail::from_arith<T>(x);
 }
 
 // RoPE: omega_i = theta^(-2i/d), a = 0.

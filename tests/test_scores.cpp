@@ -41,21 +41,14 @@ using peal::Strides;
 using peal::TensorView;
 namespace sk = peal::detail::scores_kernels;
 
+// Storage <-> double through the library's own conversions (detail/storage.hpp).
 template <class T>
 double to_double(T x) {
-  return double(static_cast<float>(x));
-}
-template <>
-double to_double<double>(double x) {
-  return x;
+  return peal::detail::to_arith<double>(x);
 }
 template <class T>
 T from_double(double x) {
-  return T(static_cast<float>(x));
-}
-template <>
-double from_double<double>(double x) {
-  return x;
+  return peal::detail::from_arith<T>(x);
 }
 
 /// Caller memory of storage T laid out with arbitrary strides and a leading offset; padding

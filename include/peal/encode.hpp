@@ -754,15 +754,6 @@ void check_views(const E& enc, const TensorView<TS>& src, const TensorView<TD>& 
 }  // namespace encode_kernels
 }  // namespace detail
 
-/// q[i,h,:] <- F(t_i) q[i,h,:] = A(t_i)^T q[i,h,:] for every token i and head h, in place.
-template <class E, class T>
-void encode_queries(const E& enc, TensorView<T> q, const Positions& pos) {
-  namespace k = detail::encode_kernels;
-  k::check_views(enc, q, q, "encode_queries");
-  pos.check(q.tokens(), "encode_queries");
-  k::run(enc, k::Mode::query, q, q, pos);
-}
-
 /// dst[i,h,:] <- F(t_i) src[i,h,:]. src and dst have the same extents and do not overlap
 /// (unless they are the same view, which is then encoded in place).
 template <class E, class TS, class TD>
@@ -773,13 +764,10 @@ void encode_queries(const E& enc, TensorView<TS> src, TensorView<TD> dst, const 
   k::run(enc, k::Mode::query, src, dst, pos);
 }
 
-/// k[i,h,:] <- G(s_i) k[i,h,:] = A(-s_i) k[i,h,:] for every token i and head h, in place.
+/// q[i,h,:] <- F(t_i) q[i,h,:] = A(t_i)^T q[i,h,:] for every token i and head h, in place.
 template <class E, class T>
-void encode_keys(const E& enc, TensorView<T> k, const Positions& pos) {
-  namespace kk = detail::encode_kernels;
-  kk::check_views(enc, k, k, "encode_keys");
-  pos.check(k.tokens(), "encode_keys");
-  kk::run(enc, kk::Mode::key, k, k, pos);
+void encode_queries(const E& enc, TensorView<T> q, const Positions& pos) {
+  encode_queries(enc, q, q, pos);
 }
 
 /// dst[i,h,:] <- G(s_i) src[i,h,:]; same extents, no overlap (or the same view).
@@ -789,6 +777,12 @@ void encode_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Pos
   kk::check_views(enc, src, dst, "encode_keys");
   pos.check(dst.tokens(), "encode_keys");
   kk::run(enc, kk::Mode::key, src, dst, pos);
+}
+
+/// k[i,h,:] <- G(s_i) k[i,h,:] = A(-s_i) k[i,h,:] for every token i and head h, in place.
+template <class E, class T>
+void encode_keys(const E& enc, TensorView<T> k, const Positions& pos) {
+  encode_keys(enc, k, k, pos);
 }
 
 /// Keys encoded at s become keys encoded at s + delta: k <- A(-delta) k for every token and
