@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <peal/peal.hpp>
 
 TEST_CASE("RotationBlock encodes a query as R(omega t) q: RoPE") {
@@ -68,4 +69,71 @@ TEST_CASE("Pure rotations: the factored score is translation invariant at 1.7e9"
     const double ulp_t = std::nextafter(t0 + 2000, 1e300) - (t0 + 2000);
     CHECK(std::abs(qa.dot(ka) - qb.dot(kb)) <= q.norm() * k.norm() * (2 * ulp_t + 1e-14));
   }
+}
+
+// from_params (and so Bank::from_params) takes the stored pair (omega_hi, omega_lo); the
+// angle reduction (detail/angle.hpp) needs it normalised, |omega_lo| <= ulp(omega_hi)/2
+// (what split() returns), so anything else is rejected. Both sides of the bound, for
+// several exponents, signs, hi = 0, hi = DBL_MAX, and the long double blocks.
+namespace {
+template <class Block>
+void check_normalised_pairs() {
+  using R = typename Block::Real;
+  using P = typename Block::Params;
+  using Catch::Contains;
+  const R inf = std::numeric_limits<R>::infinity();
+  for (R hi : {R(1), R(0.75), R(-3), R(1e-8), R(0x1p-1000), std::numeric_limits<R>::max()}) {
+    const R ah = std::fabs(hi);
+    const R ulp = ah == std::numeric_limits<R>::max() ? ah - std::nextafter(ah, R(0))
+                                                      : std::nextafter(ah, inf) - ah;
+    const R half = ulp / 2;
+    CAPTURE(double(hi), double(half));
+    for (R sign : {R(1), R(-1)}) {
+      REQUIRE_NOTHROW(Block::from_params(P{hi, sign * half, R(0)}));
+      REQUIRE(Block::from_params(P{hi, sign * half, R(0)}).params()[1] == sign * half);
+      REQUIRE_THROWS_WITH(Block::from_params(P{hi, sign * std::nextafter(half, inf), R(0)}),
+                          Contains("omega_lo") && Contains("normalised"));
+    }
+    REQUIRE_THROWS_AS(Block::from_params(P{hi, hi / 2, R(0)}), peal::invalid_argument);
+  }
+  // hi = 0: the pair of omega = 0 is (0, 0); any nonzero lo is not normalised.
+  REQUIRE_NOTHROW(Block::from_params(P{R(0), R(0), R(0.5)}));
+  REQUIRE_THROWS_AS(Block::from_params(P{R(0), std::numeric_limits<R>::denorm_min(), R(0)}),
+                    peal::invalid_argument);
+  // Through a Bank: every row is validated.
+  using Bank = peal::Bank<Block>;
+  typename Bank::ParamArray p(2, 3);
+  p << R(1), R(0), R(0), R(0.5), R(0.25), R(0);
+  REQUIRE_THROWS_WITH(Bank::from_params(p), Contains("omega_lo"));
+  p(1, 1) = std::ldexp(R(1), -std::numeric_limits<R>::digits - 1);  // ulp(0.5)/2
+  REQUIRE_NOTHROW(Bank::from_params(p));
+}
+}  // namespace
+
+TEST_CASE("RotationBlock and RotationJordanBlock: from_params needs a normalised (hi, lo)",
+          "[rotation][errors]") {
+  check_normalised_pairs<peal::RotationBlock<double>>();
+  check_normalised_pairs<peal::RotationBlock<float>>();
+  check_normalised_pairs<peal::RotationBlock<long double>>();
+  check_normalised_pairs<peal::RotationJordanBlock<2, double>>();
+  check_normalised_pairs<peal::RotationJordanBlock<3, long double>>();
+  // Pairs from the constructor are normalised, so they round-trip.
+  for (long double w : {1.0L / 3.0L, 1e-5L / 7.0L, 0.1L}) {
+    const peal::RotationBlock<double> b(w);
+    REQUIRE_NOTHROW(peal::RotationBlock<double>::from_params(b.params()));
+    const peal::RotationJordanBlock<2, double> j(w, -0.25);
+    REQUIRE_NOTHROW((peal::RotationJordanBlock<2, double>::from_params(j.params())));
+  }
+}
+
+TEST_CASE("RotationBlock: an omega finite in long double but not in Real is rejected",
+          "[rotation][errors]") {
+  using Catch::Contains;
+  // 1e320 is a finite long double; as a double it is inf, and the block used to be built
+  // with omega_hi = inf (A(0) then threw, encoded vectors were NaN).
+  REQUIRE_THROWS_WITH(peal::RotationBlock<double>(1e320L), Contains("omega"));
+  REQUIRE_THROWS_WITH(peal::RotationBlock<float>(-1e320L), Contains("omega"));
+  REQUIRE_THROWS_WITH((peal::RotationJordanBlock<2, double>(1e320L)), Contains("omega"));
+  REQUIRE_NOTHROW(peal::RotationBlock<double>(static_cast<long double>(std::numeric_limits<double>::max())));
+  REQUIRE_NOTHROW(peal::RotationBlock<long double>(1e320L));  // long double blocks hold it
 }

@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
+#include <sstream>
 
 #include <peal/detail/angle.hpp>
 #include "encoding.hpp"
@@ -38,6 +40,39 @@ void split_frequency(long double w, R& hi, R& lo) {
   lo = static_cast<R>(w - static_cast<long double>(hi));
 }
 
+// split_frequency for a constructor: a finite long double omega may not be finite in R
+// (1e320 is inf as a double).
+template <class R>
+void split_frequency_checked(long double w, R& hi, R& lo, const char* where) {
+  require_finite(w, where, "omega");
+  split_frequency(w, hi, lo);
+  if (!std::isfinite(hi) || !std::isfinite(lo)) {
+    std::ostringstream os;
+    os << where << ": omega = " << w << " is not finite in the block's parameter type";
+    fail(os.str());
+  }
+}
+
+// from_params: (hi, lo) must be finite and normalised, |lo| <= ulp(hi)/2 with
+// ulp(x) = 2^(e - p + 1) for |x| in [2^e, 2^(e+1)) (p = digits of R), which is what
+// split_frequency returns and what detail/angle.hpp assumes (|lo| <= 2^-52 |hi| there).
+template <class R>
+void require_normalised_frequency(R hi, R lo, const char* where) {
+  require_finite(hi, where, "omega_hi");
+  require_finite(lo, where, "omega_lo");
+  const R ah = std::fabs(hi), top = std::numeric_limits<R>::max();
+  const R ulp = ah == top ? ah - std::nextafter(ah, R(0))  // same spacing, no overflow
+                          : std::nextafter(ah, std::numeric_limits<R>::infinity()) - ah;
+  if (!(std::fabs(lo) <= ulp / 2)) {  // ulp/2 of a subnormal rounds to 0: hi = 0 needs lo = 0
+    std::ostringstream os;
+    os.precision(std::numeric_limits<R>::max_digits10);
+    os << where << ": (omega_hi, omega_lo) = (" << hi << ", " << lo
+       << ") is not a normalised pair: omega_lo must satisfy |omega_lo| <= ulp(omega_hi)/2 = "
+       << ulp / 2;
+    fail(os.str());
+  }
+}
+
 }  // namespace detail
 
 template <class S = double>
@@ -52,14 +87,13 @@ class RotationBlock : public Encoding<RotationBlock<S>, S> {
   /// omega: angular frequency (given in long double so presets keep its extra bits);
   /// a: growth (a > 0) or decay (a < 0) rate.
   explicit RotationBlock(long double omega, Real a = 0) : a_(a) {
-    detail::require_finite(omega, "RotationBlock", "omega");
     detail::require_finite(a, "RotationBlock", "a");
-    detail::split_frequency(omega, omega_hi_, omega_lo_);
+    detail::split_frequency_checked(omega, omega_hi_, omega_lo_, "RotationBlock");
   }
+  /// From params() of a block: (omega_hi, omega_lo) must be finite and normalised.
   static RotationBlock from_params(const Params& p) {
     RotationBlock b(0.0L, p[2]);
-    detail::require_finite(p[0], "RotationBlock", "omega_hi");
-    detail::require_finite(p[1], "RotationBlock", "omega_lo");
+    detail::require_normalised_frequency(p[0], p[1], "RotationBlock");
     b.omega_hi_ = p[0];
     b.omega_lo_ = p[1];
     return b;

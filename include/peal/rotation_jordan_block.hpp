@@ -25,14 +25,13 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
   using Params = std::array<Real, n_params>;
 
   explicit RotationJordanBlock(long double omega, Real a = 0) : a_(a) {
-    detail::require_finite(omega, "RotationJordanBlock", "omega");
     detail::require_finite(a, "RotationJordanBlock", "a");
-    detail::split_frequency(omega, omega_hi_, omega_lo_);
+    detail::split_frequency_checked(omega, omega_hi_, omega_lo_, "RotationJordanBlock");
   }
+  /// From params() of a block: (omega_hi, omega_lo) must be finite and normalised.
   static RotationJordanBlock from_params(const Params& p) {
     RotationJordanBlock b(0.0L, p[2]);
-    detail::require_finite(p[0], "RotationJordanBlock", "omega_hi");
-    detail::require_finite(p[1], "RotationJordanBlock", "omega_lo");
+    detail::require_normalised_frequency(p[0], p[1], "RotationJordanBlock");
     b.omega_hi_ = p[0];
     b.omega_lo_ = p[1];
     return b;
