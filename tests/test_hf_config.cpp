@@ -354,3 +354,109 @@ TEST_CASE("hf_config: reading a file", "[hf_config]") {
   REQUIRE_THROWS_WITH(peal::rope_config_from_hf_file("/nonexistent/dir/config.json"),
                       Catch::Contains("cannot open"));
 }
+
+// ---- Resource bounds: every size read from a file is checked before anything is built ----
+// (preset_max_head_dim = 65536, factor lists <= 32768 entries, lengths <= 2^53:
+// docs/presets.md §12, "Limits"). {"head_dim": 1073741824} used to take 150 s and 8.2 GB.
+TEST_CASE("hf_config: sizes read from a file are bounded before allocating",
+          "[hf_config][errors][limits]") {
+  using Catch::Contains;
+  // head_dim, both sides of the limit.
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 131072})"),
+                      Contains("head_dim") && Contains("65536"));
+  REQUIRE(parse(R"({"head_dim": 65536})").head_dim == 65536);
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 65537, "partial_rotary_factor": 0.5})"),
+                      Contains("65536"));
+  // The reported inputs fail at once (they reach no table).
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 1073741824})"), Contains("65536"));
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 200000000})"), Contains("65536"));
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 9e15})"), Contains("65536"));
+  // The derived hidden_size // num_attention_heads (also d_model), both sides.
+  REQUIRE_THROWS_WITH(parse(R"({"hidden_size": 262144, "num_attention_heads": 2})"),
+                      Contains("hidden_size // num_attention_heads") && Contains("65536"));
+  REQUIRE(parse(R"({"hidden_size": 131073, "num_attention_heads": 2})").head_dim == 65536);
+  REQUIRE_THROWS_WITH(parse(R"({"d_model": 131072, "n_head": 1})"), Contains("65536"));
+  REQUIRE(parse(R"({"d_model": 1024, "n_head": 8})").head_dim == 128);
+  REQUIRE_THROWS_WITH(parse(R"({"hidden_size": 7, "num_attention_heads": 8})"),
+                      Contains("head_dim") && Contains("got 0"));
+
+  // Factor lists: at most preset_max_head_dim / 2 = 32768 entries, checked before the copy.
+  auto longrope = [](std::size_t n_short, std::size_t n_long, int head_dim) {
+    json j = {{"head_dim", head_dim},
+              {"max_position_embeddings", 131072},
+              {"rope_scaling",
+               {{"type", "longrope"},
+                {"original_max_position_embeddings", 4096},
+                {"short_factor", std::vector<double>(n_short, 1.0)},
+                {"long_factor", std::vector<double>(n_long, 2.0)}}}};
+    return j;
+  };
+  REQUIRE_THROWS_WITH(peal::rope_config_from_hf(longrope(32769, 64, 128)),
+                      Contains("rope_scaling.short_factor") && Contains("32768"));
+  REQUIRE_THROWS_WITH(peal::rope_config_from_hf(longrope(64, 40000, 128)),
+                      Contains("rope_scaling.long_factor") && Contains("32768"));
+  const auto at_limit = peal::rope_config_from_hf(longrope(32768, 32768, 65536));
+  REQUIRE(at_limit.scaling.short_factor->size() == 32768);
+  REQUIRE(peal::rope<float>(at_limit, 10).rotary_dim() == 65536);
+
+  // Lengths: at most 2^53 (exact integers in double), in every place they are read.
+  const double two53 = 9007199254740992.0;
+  REQUIRE(parse(R"({"head_dim": 128, "max_position_embeddings": 9007199254740992})")
+              .max_position_embeddings == two53);
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 128, "max_position_embeddings": 1.8e16})"),
+                      Contains("max_position_embeddings") && Contains("2^53"));
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 128, "n_positions": 1e300})"),
+                      Contains("max_position_embeddings") && Contains("2^53"));
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 128, "original_max_position_embeddings": 1e300})"),
+                      Contains("original_max_position_embeddings") && Contains("2^53"));
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 128, "rope_scaling": {"type": "yarn", "factor": 4,
+                                "original_max_position_embeddings": 1e20}})"),
+                      Contains("original_max_position_embeddings") && Contains("2^53"));
+}
+
+TEST_CASE("hf_config: LongRoPE factors that overflow omega in double are rejected",
+          "[hf_config][errors][limits]") {
+  using Catch::Contains;
+  // omega_0 = 1 / 1e-320 = 1e320: finite in long double, inf as the stored double. It used to
+  // build an encoding whose A(0) threw and whose encoded vectors were NaN. Now the config
+  // is rejected when read (validate_rope_config checks the frequencies).
+  const char* tiny = R"({"head_dim": 4, "max_position_embeddings": 131072,
+      "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 4096,
+                       "short_factor": [1e-320, 1], "long_factor": [1, 1]}})";
+  REQUIRE_THROWS_WITH(parse(tiny), Contains("pair 0") && Contains("short_factor[0]"));
+  // 1e-300: omega = 1e300 is a finite double, but omega * t overflows from t = 2 on. The
+  // long list is checked too, whatever seq_len selects (HF switches to it at L0).
+  const char* small = R"({"head_dim": 4, "max_position_embeddings": 131072,
+      "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 4096,
+                       "short_factor": [1, 1], "long_factor": [1, 1e-300]}})";
+  REQUIRE_THROWS_WITH(parse(small), Contains("pair 1") && Contains("long_factor[1]"));
+  // The same lists in a RopeConfig built in code: rope() says the same for any seq_len.
+  auto c = parse(R"({"head_dim": 4, "max_position_embeddings": 131072,
+      "rope_scaling": {"type": "longrope", "original_max_position_embeddings": 4096,
+                       "short_factor": [1, 1], "long_factor": [1, 1]}})");
+  REQUIRE_NOTHROW(peal::rope<double>(c, 10));
+  (*c.scaling.short_factor)[0] = 1e-320;
+  REQUIRE_THROWS_WITH(peal::rope<float>(c, 10), Contains("short_factor[0]"));
+  REQUIRE_THROWS_WITH(peal::rope<double>(c, 1e5), Contains("short_factor[0]"));
+}
+
+TEST_CASE("hf_config: files larger than hf_config_max_file_bytes are not read",
+          "[hf_config][errors][limits]") {
+  STATIC_REQUIRE(peal::hf_config_max_file_bytes == std::size_t(16) << 20);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "peal_test_hf_config_big.json").string();
+  const std::string body = R"({"head_dim": 128})";
+  for (std::size_t size : {peal::hf_config_max_file_bytes, peal::hf_config_max_file_bytes + 1}) {
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << body << std::string(size - body.size(), ' ');  // valid JSON padded with blanks
+    }
+    CAPTURE(size);
+    if (size <= peal::hf_config_max_file_bytes)
+      REQUIRE(peal::rope_config_from_hf_file(path).head_dim == 128);
+    else
+      REQUIRE_THROWS_WITH(peal::rope_config_from_hf_file(path),
+                          Catch::Contains("hf_config_max_file_bytes"));
+  }
+  std::remove(path.c_str());
+}

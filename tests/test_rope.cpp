@@ -702,3 +702,113 @@ TEST_CASE("rope: presets in the fused scores kernel, attention factor as scale o
         }
   }
 }
+
+// ---- Limits (docs/presets.md §12, "Limits") ------------------------------------------------
+TEST_CASE("rope: sizes are bounded for configurations built in code too", "[rope][errors][limits]") {
+  using Catch::Contains;
+  // head_dim <= 65536, both sides; the bound is checked before any table is built.
+  REQUIRE(peal::rope<float>(config(65536, 10000.0)).rotary_dim() == 65536);
+  REQUIRE_THROWS_WITH(peal::rope<float>(config(65538, 10000.0)),
+                      Contains("head_dim") && Contains("65536"));
+  REQUIRE_THROWS_WITH(peal::rope<float>(config(1 << 30, 10000.0)), Contains("65536"));
+  REQUIRE_THROWS_WITH(peal::validate_rope_config(config(std::numeric_limits<int>::max(), 1e4)),
+                      Contains("65536"));
+  // Lengths <= 2^53, both sides.
+  const double two53 = 9007199254740992.0;
+  auto c = config(64, 10000.0);
+  c.max_position_embeddings = two53;
+  REQUIRE_NOTHROW(peal::rope<double>(c, two53));
+  c.max_position_embeddings = 2 * two53;
+  REQUIRE_THROWS_WITH(peal::rope<double>(c), Contains("max_position_embeddings") && Contains("2^53"));
+  c.max_position_embeddings.reset();
+  REQUIRE_THROWS_WITH(peal::rope<double>(c, 2 * two53), Contains("seq_len") && Contains("2^53"));
+  c.scaling.original_max_position_embeddings = 1e300;
+  REQUIRE_THROWS_WITH(peal::validate_rope_config(c),
+                      Contains("original_max_position_embeddings") && Contains("2^53"));
+  // The public constructor checks its sizes as well.
+  peal::RopeFrequencies f = peal::rope_frequencies(config(8, 10000.0));
+  REQUIRE_NOTHROW(peal::RopeEncoding<double>(f, 8, Layout::HalfSplit, RopeType::Default));
+  REQUIRE_NOTHROW(peal::RopeEncoding<double>(f, 10, Layout::HalfSplit, RopeType::Default));
+  REQUIRE_THROWS_AS(peal::RopeEncoding<double>(f, 6, Layout::HalfSplit, RopeType::Default),
+                    peal::invalid_argument);
+  f.rotary_dim = 6;  // 4 frequencies for 3 pairs
+  REQUIRE_THROWS_AS(peal::RopeEncoding<double>(f, 8, Layout::HalfSplit, RopeType::Default),
+                    peal::invalid_argument);
+}
+
+// Every frequency a preset produces must be, as the double pair a float or double encoding
+// stores, in [2^-1022, 2^20] (docs/presets.md §12, "Limits"): above, omega t overflows to
+// inf (NaN after reduction); below, omega_hi is subnormal or 0 and the pair no longer holds
+// omega. Both sides of both bounds, for every formula that can reach them.
+TEST_CASE("rope: every preset frequency is a double pair in [2^-1022, 2^20]", "[rope][errors][limits]") {
+  using Catch::Contains;
+  // LongRoPE divides by the factors: omega_0 = 1 / short_factor[0] (head_dim 2: one pair).
+  auto longrope = [](double f0) {
+    auto c = config(2, 10000.0);
+    c.max_position_embeddings = 131072;
+    c.scaling.type = RopeType::LongRope;
+    c.scaling.original_max_position_embeddings = 4096;
+    c.scaling.short_factor = std::vector<double>{f0};
+    c.scaling.long_factor = std::vector<double>{1.0};
+    return c;
+  };
+  const auto top = peal::rope<float>(longrope(0x1p-20), 10);  // omega = 2^20 exactly
+  REQUIRE(top.rotary().block(0).omega() == 0x1p20L);
+  Eigen::VectorXf q(2);
+  q << 0.6f, -0.8f;
+  top.encode_query(q, 1099511627776.0);  // omega t = 2^60: finite, a rotation
+  REQUIRE(q.allFinite());
+  REQUIRE(std::fabs(q.norm() - 1.0f) <= 4 * std::numeric_limits<float>::epsilon());
+  REQUIRE_THROWS_WITH(peal::rope<float>(longrope(0x1p-21), 10),
+                      Contains("pair 0") && Contains("short_factor[0]") && Contains("2^20"));
+  REQUIRE_THROWS_WITH(peal::rope<double>(longrope(std::nextafter(0x1p-20, 0.0)), 10),
+                      Contains("pair 0"));
+  REQUIRE_THROWS_WITH(peal::rope<double>(longrope(1e-320), 10), Contains("pair 0"));
+  REQUIRE_THROWS_WITH(peal::rope<double>(longrope(1e-300), 10), Contains("pair 0"));
+  // The lower bound: linear omega_0 = 1 / factor.
+  auto linear = [](double f) {
+    auto c = config(2, 10000.0);
+    c.scaling.type = RopeType::Linear;
+    c.scaling.factor = f;
+    return c;
+  };
+  REQUIRE(peal::rope<double>(linear(0x1p1022)).rotary().block(0).omega() == 0x1p-1022L);
+  REQUIRE_THROWS_WITH(peal::rope<double>(linear(0x1p1023)),
+                      Contains("pair 0") && Contains("2^-1022"));
+  // Long double encodings get the same check (validation does not depend on S).
+  REQUIRE_THROWS_AS(peal::rope<long double>(linear(0x1p1023)), peal::invalid_argument);
+  // Default: theta near DBL_MAX sends the last pair below 2^-1022 at large D.
+  REQUIRE_THROWS_WITH(peal::validate_rope_config(config(4096, 1.7e308)),
+                      Contains("pair 2045") && Contains("\"default\""));
+  REQUIRE_NOTHROW(peal::validate_rope_config(config(4, 1.7e308)));  // omega_1 = 7.7e-155
+  // Dynamic: the base grows with factor * seq_len / max_position_embeddings.
+  auto dyn = config(4, 10000.0);
+  dyn.scaling.type = RopeType::Dynamic;
+  dyn.scaling.factor = 1e300;
+  dyn.max_position_embeddings = 1;
+  REQUIRE_NOTHROW(peal::rope<double>(dyn, 1));
+  REQUIRE_THROWS_WITH(peal::rope<double>(dyn, 9007199254740992.0), Contains("pair 1"));
+  // YaRN and llama3 divide the low frequencies by the factor.
+  auto yarn = config(64, 10000.0);
+  yarn.scaling.type = RopeType::Yarn;
+  yarn.scaling.factor = 1e305;
+  yarn.scaling.original_max_position_embeddings = 4096;
+  REQUIRE_THROWS_WITH(peal::rope<double>(yarn), Contains("\"yarn\""));
+  yarn.scaling.factor = 1e200;
+  REQUIRE_NOTHROW(peal::rope<double>(yarn));
+  auto l3 = config(64, 10000.0);
+  l3.scaling.type = RopeType::Llama3;
+  l3.scaling.factor = 1e305;
+  l3.scaling.low_freq_factor = 1;
+  l3.scaling.high_freq_factor = 4;
+  l3.scaling.original_max_position_embeddings = 8192;
+  REQUIRE_THROWS_WITH(peal::rope<double>(l3), Contains("\"llama3\""));
+  l3.scaling.factor = 1e200;
+  REQUIRE_NOTHROW(peal::rope<double>(l3));
+  // And the public constructor, given frequencies computed elsewhere.
+  peal::RopeFrequencies f;
+  f.rotary_dim = 2;
+  f.inv_freq = {1e320L};
+  REQUIRE_THROWS_WITH(peal::RopeEncoding<double>(f, 2, Layout::HalfSplit, RopeType::Default),
+                      Contains("pair 0"));
+}

@@ -469,3 +469,24 @@ TEST_CASE("retnet: fused scores kernel, per-head decay option, n = 65,536 and t 
     SUCCEED("worst error / (eps_f d M): decay option " << w1 << ", per-head encodings " << w2);
   }
 }
+
+// ---- Limits (docs/presets.md §12, "Limits"): head_dim <= 65536, every omega a double pair
+// in [2^-1022, 2^20] ----------------------------------------------------------------------
+TEST_CASE("xpos, retnet: head_dim and frequencies are bounded", "[xpos][retnet][errors][limits]") {
+  using Catch::Contains;
+  // head_dim, both sides (no table is built past the bound).
+  REQUIRE(peal::xpos<float>(65536).dim() == 65536);
+  REQUIRE_THROWS_WITH(peal::xpos<float>(65538), Contains("head_dim") && Contains("65536"));
+  REQUIRE_THROWS_WITH(peal::xpos<double>(1 << 30), Contains("65536"));
+  REQUIRE(peal::retnet_rotation<float>(65536).dim() == 65536);
+  REQUIRE_THROWS_WITH(peal::retnet_rotation<float>(65538), Contains("65536"));
+  REQUIRE_THROWS_WITH(peal::retnet<float>(1 << 30, 1), Contains("65536"));
+  REQUIRE_THROWS_WITH(peal::retnet_angles(1 << 30), Contains("65536"));
+  // xPos with theta near DBL_MAX: omega_{d/2-1} = theta^(-(d-2)/d) falls below 2^-1022 (it
+  // used to be stored as a subnormal double, losing its bits).
+  REQUIRE_THROWS_WITH(peal::xpos<double>(4096, 512.0, 1.7e308),
+                      Contains("xpos") && Contains("pair 2045") && Contains("2^-1022"));
+  REQUIRE_NOTHROW(peal::xpos<double>(4, 512.0, 1.7e308));  // omega_1 = 7.7e-155
+  // A scale_base so small that a = ln(zeta) / B is not finite: a clear xpos error.
+  REQUIRE_THROWS_WITH(peal::xpos<double>(64, 1e-320), Contains("xpos"));
+}

@@ -4,8 +4,8 @@
 //
 // Keys read (HF names first, then the aliases of the attribute maps of GPT-NeoX / GPT-J
 // configs, then transformers v5's rope_parameters):
-//   head_dim                 else hidden_size (n_embd) // num_attention_heads (n_head);
-//                            null or 0 counts as unset, as in transformers
+//   head_dim                 else hidden_size (n_embd, d_model) // num_attention_heads
+//                            (n_head); null or 0 counts as unset, as in transformers
 //   rope_theta               else rotary_emb_base (GPT-NeoX), rope_parameters.rope_theta;
 //                            default 10000
 //   partial_rotary_factor    else rotary_pct (GPT-NeoX), rope_parameters.partial_rotary_factor,
@@ -23,9 +23,15 @@
 //
 // The result is validated (validate_rope_config): an unknown type, a missing required field,
 // a wrong type of value or an out-of-range value throws peal::invalid_argument naming the key.
+//
+// Limits (rope.hpp, docs/presets.md §12 "Limits"), checked before anything is allocated:
+// head_dim (given or derived) <= preset_max_head_dim = 65536, factor lists <= 32768 entries,
+// lengths <= preset_max_length = 2^53, every frequency a double pair in [2^-1022, 2^20];
+// rope_config_from_hf_file reads at most hf_config_max_file_bytes (16 MiB).
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <fstream>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -75,12 +81,16 @@ inline std::optional<bool> boolean(const json& obj, const char* key, const char*
   return v->get<bool>();
 }
 
+// An array of at most max_entries numbers (checked before the copy is allocated).
 inline std::optional<std::vector<double>> numbers(const json& obj, const char* key,
-                                                  const char* where) {
+                                                  const char* where, std::size_t max_entries) {
   const json* v = find(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_array())
     fail(std::string("hf_config: ") + where + key + " must be an array of numbers");
+  if (v->size() > max_entries)
+    fail(std::string("hf_config: ") + where + key + " has " + std::to_string(v->size()) +
+         " entries, more than " + std::to_string(max_entries) + " (preset_max_head_dim / 2)");
   std::vector<double> out;
   out.reserve(v->size());
   for (const auto& e : *v) {
@@ -92,12 +102,15 @@ inline std::optional<std::vector<double>> numbers(const json& obj, const char* k
   return out;
 }
 
-// First present key of a list.
+// First present key of a list; *found (if given) is set to its name.
 template <class Getter>
-auto first_of(const json& obj, std::initializer_list<const char*> keys, Getter get)
-    -> decltype(get(obj, "")) {
+auto first_of(const json& obj, std::initializer_list<const char*> keys, Getter get,
+              const char** found = nullptr) -> decltype(get(obj, "")) {
   for (const char* k : keys)
-    if (auto v = get(obj, k)) return v;
+    if (auto v = get(obj, k)) {
+      if (found) *found = k;
+      return v;
+    }
   return {};
 }
 
@@ -121,10 +134,15 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
   RopeConfig c;
 
   // head_dim, else hidden_size // num_attention_heads.
+  // Bounded by preset_max_head_dim before the int conversion and before any table is built
+  // (validation builds head_dim/2 frequencies).
   std::optional<long long> head_dim = top_int(cfg, "head_dim");
+  std::string derived;
   if (!head_dim || *head_dim == 0) {
-    const auto hidden = hf::first_of(cfg, {"hidden_size", "n_embd", "d_model"}, top_int);
-    const auto heads = hf::first_of(cfg, {"num_attention_heads", "n_head"}, top_int);
+    const char *hidden_key = "", *heads_key = "";
+    const auto hidden =
+        hf::first_of(cfg, {"hidden_size", "n_embd", "d_model"}, top_int, &hidden_key);
+    const auto heads = hf::first_of(cfg, {"num_attention_heads", "n_head"}, top_int, &heads_key);
     if (!hidden || !heads)
       detail::fail(
           "hf_config: head_dim is missing and cannot be derived (needs hidden_size "
@@ -132,9 +150,12 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
     if (*heads <= 0 || *hidden <= 0)
       detail::fail("hf_config: hidden_size and num_attention_heads must be > 0");
     head_dim = *hidden / *heads;
+    derived = std::string(" (= ") + hidden_key + " // " + heads_key + " = " +
+              std::to_string(*hidden) + " // " + std::to_string(*heads) + ")";
   }
-  if (*head_dim <= 0 || *head_dim > (1 << 30))
-    detail::fail("hf_config: head_dim must be > 0, got " + std::to_string(*head_dim));
+  if (*head_dim <= 0 || *head_dim > preset_max_head_dim)
+    detail::fail("hf_config: head_dim must be in [1, " + std::to_string(preset_max_head_dim) +
+                 "] (preset_max_head_dim), got " + std::to_string(*head_dim) + derived);
   c.head_dim = static_cast<int>(*head_dim);
 
   // rope_theta
@@ -200,8 +221,9 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
     s.mscale = hf::number(*rs, "mscale", where);
     s.mscale_all_dim = hf::number(*rs, "mscale_all_dim", where);
     s.attention_factor = hf::number(*rs, "attention_factor", where);
-    s.short_factor = hf::numbers(*rs, "short_factor", where);
-    s.long_factor = hf::numbers(*rs, "long_factor", where);
+    const std::size_t max_list = std::size_t(preset_max_head_dim / 2);
+    s.short_factor = hf::numbers(*rs, "short_factor", where, max_list);
+    s.long_factor = hf::numbers(*rs, "long_factor", where, max_list);
     s.low_freq_factor = hf::number(*rs, "low_freq_factor", where);
     s.high_freq_factor = hf::number(*rs, "high_freq_factor", where);
   }
@@ -212,14 +234,31 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
   return c;
 }
 
-/// rope_config_from_hf of the JSON file at path (e.g. a model's config.json).
+/// Largest file rope_config_from_hf_file reads: 16 MiB (model config.json files are a few
+/// kB; the parsed JSON takes several times the file's size in memory).
+inline constexpr std::size_t hf_config_max_file_bytes = std::size_t(16) << 20;
+
+/// rope_config_from_hf of the JSON file at path (e.g. a model's config.json), at most
+/// hf_config_max_file_bytes long.
 inline RopeConfig rope_config_from_hf_file(const std::string& path,
                                            std::optional<Layout> layout = std::nullopt) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) detail::fail("hf_config: cannot open \"" + path + "\"");
+  // Chunks, stopping past the limit (works for pipes too, whose size is not known).
+  std::string text;
+  std::vector<char> chunk(std::size_t(1) << 16);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > hf_config_max_file_bytes)
+      detail::fail("hf_config: \"" + path + "\" is larger than " +
+                   std::to_string(hf_config_max_file_bytes) +
+                   " bytes (hf_config_max_file_bytes)");
+  }
+  if (in.bad()) detail::fail("hf_config: cannot read \"" + path + "\"");
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     detail::fail("hf_config: \"" + path + "\" is not valid JSON: " + e.what());
   }

@@ -25,6 +25,7 @@
 
 #include "bank.hpp"
 #include "errors.hpp"
+#include "rope.hpp"
 #include "rotation_block.hpp"
 
 namespace peal {
@@ -39,7 +40,10 @@ inline std::vector<double> retnet_decays(int n_heads) {
 }
 
 /// omega_i = 10000^(-i/(n-1)), i < n = head_dim/2 (omega_0 = 1 for n = 1), in long double.
+/// head_dim <= preset_max_head_dim (rope.hpp); the angles lie in [1e-4, 1], inside the
+/// accepted frequency range, and are checked like every preset's.
 inline std::vector<long double> retnet_angles(int head_dim) {
+  detail::require_preset_head_dim(head_dim, "retnet");
   if (head_dim < 2 || head_dim % 2 != 0)
     detail::fail("retnet: head_dim must be even and >= 2, got " + std::to_string(head_dim));
   const int n = head_dim / 2;
@@ -47,6 +51,7 @@ inline std::vector<long double> retnet_angles(int head_dim) {
   for (int i = 0; i < n; ++i) {
     const long double u = n == 1 ? 0.0L : static_cast<long double>(i) / (n - 1);
     w[std::size_t(i)] = 1.0L / std::pow(10000.0L, u);
+    detail::require_preset_frequency(w[std::size_t(i)], std::size_t(i), "retnet");
   }
   return w;
 }

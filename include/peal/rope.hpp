@@ -19,6 +19,10 @@
 // scale_rotary(rope, v) on q and k (before or after encoding: it commutes with A), or, for a
 // full-rotary head (rotary_dim() == dim()), multiply ScoreOptions::scale by af^2.
 //
+// Limits (docs/presets.md §12, "Limits"): head_dim <= preset_max_head_dim, lengths <=
+// preset_max_length, and every frequency, as the double pair it is stored in, in
+// [preset_min_frequency, preset_max_frequency]; all checked before any table is built.
+//
 // Numerics deliberately differ from HF, which rounds inv_freq, p*omega and cos/sin to
 // float32 (docs/presets.md §1.5): peal computes the published formula at >= double
 // precision, so comparisons with HF-produced tensors need float32-scale tolerances.
@@ -41,6 +45,57 @@
 #include "view.hpp"
 
 namespace peal {
+
+// ---- Limits of the rotary presets (rope, xpos, retnet) and of what hf_config.hpp reads ----
+// Generous for real models (head_dim 64 .. 256, lengths <= ~10^7, omega in ~[1e-9, 1]); they
+// bound the time and memory a configuration can ask for (validation builds the table of
+// head_dim/2 frequencies) and keep every frequency inside what the angle code handles.
+
+/// Largest head_dim (so rotary dim, and the length of LongRoPE factor lists: half of it).
+inline constexpr int preset_max_head_dim = 65536;
+/// Largest max_position_embeddings, original_max_position_embeddings and seq_len: 2^53,
+/// beyond which a double no longer holds every integer length.
+inline constexpr double preset_max_length = 0x1p53;
+/// Range of every frequency a preset produces, as the normalised double pair
+/// (omega_hi, omega_lo) a float or double encoding stores: omega_hi must be a normal double
+/// (below 2^-1022 it is subnormal or 0 and the pair no longer holds omega), and omega <= 2^20
+/// keeps |omega t| <= 2^100, the range over which detail/angle.hpp states its accuracy, for
+/// every |t| <= 2^80 (a larger omega overflows omega t to inf, hence NaN, for some t; real
+/// presets have omega <= 1, LongRoPE 1 / factor).
+inline constexpr double preset_min_frequency = 0x1p-1022;
+inline constexpr double preset_max_frequency = 0x1p20;
+
+namespace detail {
+
+/// Throws unless head_dim is in [1, preset_max_head_dim]; `what` names the caller.
+inline void require_preset_head_dim(long long head_dim, const char* what) {
+  if (head_dim <= 0 || head_dim > preset_max_head_dim)
+    fail(std::string(what) + ": head_dim must be in [1, " + std::to_string(preset_max_head_dim) +
+         "] (preset_max_head_dim), got " + std::to_string(head_dim));
+}
+
+/// Throws unless omega, split into the double pair (hi, lo) a float or double encoding
+/// stores, lies in [preset_min_frequency, preset_max_frequency] (compared as the exact pair).
+/// `what` names the preset, `origin` (optional) the input the value came from.
+inline void require_preset_frequency(long double omega, std::size_t pair, const std::string& what,
+                                     const std::string& origin = std::string()) {
+  double hi, lo;
+  split_frequency(omega, hi, lo);  // exactly what RotationBlock<float or double> stores
+  const bool ok = std::isfinite(hi) && std::isfinite(lo) &&
+                  (hi > preset_min_frequency || (hi == preset_min_frequency && lo >= 0)) &&
+                  (hi < preset_max_frequency || (hi == preset_max_frequency && lo <= 0));
+  if (ok) return;
+  std::ostringstream os;
+  os.precision(17);
+  os << what << " gives pair " << pair << " the frequency omega = " << omega;
+  if (!origin.empty()) os << " (" << origin << ")";
+  os << ", stored as the double pair (omega_hi, omega_lo) = (" << hi << ", " << lo
+     << "): outside the accepted range [2^-1022, 2^20] (preset_min_frequency, "
+        "preset_max_frequency)";
+  fail(os.str());
+}
+
+}  // namespace detail
 
 /// The Hugging Face rope_type of a RoPE preset ("su" is the legacy name of LongRope).
 enum class RopeType { Default, Linear, Dynamic, Yarn, LongRope, Llama3 };
@@ -186,8 +241,7 @@ inline void check_factor_list(const std::optional<std::vector<double>>& v, const
 /// rotary_dim = int(head_dim * partial_rotary_factor) (HF's truncation), validated.
 inline int rope_rotary_dim(const RopeConfig& c) {
   using detail::rope_impl::num;
-  if (c.head_dim <= 0)
-    detail::fail("rope: head_dim must be > 0, got " + std::to_string(c.head_dim));
+  detail::require_preset_head_dim(c.head_dim, "rope");
   if (!std::isfinite(c.partial_rotary_factor) || !(c.partial_rotary_factor > 0.0) ||
       c.partial_rotary_factor > 1.0)
     detail::fail("rope: partial_rotary_factor must be in (0, 1], got " +
@@ -232,11 +286,13 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
   if (!std::isfinite(c.rope_theta) || !(c.rope_theta > 1.0))
     detail::fail("rope: rope_theta must be finite and > 1, got " + num(c.rope_theta));
   if (c.max_position_embeddings &&
-      (!std::isfinite(*c.max_position_embeddings) || !(*c.max_position_embeddings > 0)))
-    detail::fail("rope: max_position_embeddings must be finite and > 0, got " +
-                 num(*c.max_position_embeddings));
-  if (!std::isfinite(seq_len) || seq_len < 0)
-    detail::fail("rope: seq_len must be finite and >= 0, got " + num(seq_len));
+      (!(*c.max_position_embeddings > 0) || !(*c.max_position_embeddings <= preset_max_length)))
+    detail::fail(
+        "rope: max_position_embeddings must be > 0 and <= 2^53 (preset_max_length), got " +
+        num(*c.max_position_embeddings));
+  if (!(seq_len >= 0) || !(seq_len <= preset_max_length))
+    detail::fail("rope: seq_len must be >= 0 and <= 2^53 (preset_max_length), got " +
+                 num(seq_len));
   ri::require_finite_opt(sc.factor, "factor");
   ri::require_finite_opt(sc.original_max_position_embeddings, "original_max_position_embeddings");
   ri::require_finite_opt(sc.beta_fast, "beta_fast");
@@ -251,9 +307,13 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
       for (double x : **list)
         if (!std::isfinite(x))
           detail::fail("rope: short_factor/long_factor entries must be finite");
-  if (sc.original_max_position_embeddings && !(*sc.original_max_position_embeddings > 0))
-    detail::fail("rope: rope_scaling.original_max_position_embeddings must be > 0, got " +
-                 num(*sc.original_max_position_embeddings));
+  if (sc.original_max_position_embeddings && (!(*sc.original_max_position_embeddings > 0) ||
+                                              !(*sc.original_max_position_embeddings <=
+                                                preset_max_length)))
+    detail::fail(
+        "rope: rope_scaling.original_max_position_embeddings must be > 0 and <= 2^53 "
+        "(preset_max_length), got " +
+        num(*sc.original_max_position_embeddings));
   if (sc.attention_factor && !(*sc.attention_factor > 0))
     detail::fail("rope: rope_scaling.attention_factor must be > 0, got " +
                  num(*sc.attention_factor));
@@ -291,7 +351,9 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
       const long double M = *c.max_position_embeddings, F = f;
       const long double L = seq_len > M ? static_cast<long double>(seq_len) : M;
       const long double Dl = D;
-      const long double base = theta * std::pow(F * L / M - (F - 1.0L), Dl / (Dl - 2.0L));
+      // f L / M - (f - 1) written as 1 + f (L - M) / M: equal, and exactly 1 at L = M
+      // (the published form cancels to 0 there once f exceeds 2^64, giving omega = inf).
+      const long double base = theta * std::pow(1.0L + F * ((L - M) / M), Dl / (Dl - 2.0L));
       out.inv_freq = ri::base_inv_freq(D, base);
       break;
     }
@@ -400,9 +462,20 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
         }
         out.attention_factor = f <= 1.0L ? 1.0L : std::sqrt(1.0L + std::log(f) / std::log(L0));
       }
+      // Both tables must be valid whatever seq_len selects: HF switches to the other at L0.
+      const std::vector<long double> base = ri::base_inv_freq(D, theta);
+      for (const char* name : {"short_factor", "long_factor"}) {
+        const std::vector<double>& list =
+            name[0] == 's' ? *sc.short_factor : *sc.long_factor;
+        for (std::size_t i = 0; i < base.size(); ++i)
+          require_preset_frequency(base[i] / static_cast<long double>(list[i]), i,
+                                   "rope: rope_type \"longrope\"",
+                                   "theta^(-2i/D) / rope_scaling." + std::string(name) + "[" +
+                                       std::to_string(i) + "] = " + num(list[i]));
+      }
       const std::vector<double>& ext =
           static_cast<long double>(seq_len) > L0 ? *sc.long_factor : *sc.short_factor;
-      out.inv_freq = ri::base_inv_freq(D, theta);
+      out.inv_freq = base;
       for (int i = 0; i < half; ++i)
         out.inv_freq[std::size_t(i)] /= static_cast<long double>(ext[std::size_t(i)]);
       break;
@@ -435,8 +508,10 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
       break;
     }
   }
-  for (long double w : out.inv_freq)
-    if (!std::isfinite(w) || !(w > 0)) detail::fail("rope: computed a non-finite frequency");
+  // Whatever formula produced them, the frequencies must be usable as stored (double pairs).
+  const std::string what = std::string("rope: rope_type \"") + to_string(type) + "\"";
+  for (std::size_t i = 0; i < out.inv_freq.size(); ++i)
+    require_preset_frequency(out.inv_freq[i], i, what);
   return out;
 }
 }  // namespace rope_impl
@@ -454,11 +529,10 @@ class RopeEncoding : public BlockDiagonal<Bank<RotationBlock<S>>, PassThrough<S>
   using encoding_type = Base;
   using Real = real_t<S>;
 
+  /// From frequencies (rope_frequencies, or computed elsewhere): validated like rope()'s
+  /// (sizes, every frequency in the accepted range, a finite attention factor > 0).
   RopeEncoding(const RopeFrequencies& f, int head_dim, Layout layout, RopeType type)
-      : Base(make_bank(f, layout), PassThrough<S>(head_dim - f.rotary_dim)),
-        inv_freq_(f.inv_freq),
-        attention_factor_(f.attention_factor),
-        type_(type) {}
+      : RopeEncoding(checked(f, head_dim), head_dim, layout, type, Checked{}) {}
 
   /// The encoding itself, as its ordinary type.
   const Base& encoding() const { return *this; }
@@ -476,6 +550,29 @@ class RopeEncoding : public BlockDiagonal<Bank<RotationBlock<S>>, PassThrough<S>
   long double attention_factor_long() const { return attention_factor_; }
 
  private:
+  struct Checked {};
+  RopeEncoding(const RopeFrequencies& f, int head_dim, Layout layout, RopeType type, Checked)
+      : Base(make_bank(f, layout), PassThrough<S>(head_dim - f.rotary_dim)),
+        inv_freq_(f.inv_freq),
+        attention_factor_(f.attention_factor),
+        type_(type) {}
+
+  static const RopeFrequencies& checked(const RopeFrequencies& f, int head_dim) {
+    detail::require_preset_head_dim(head_dim, "RopeEncoding");
+    const std::size_t n = f.inv_freq.size();
+    if (f.rotary_dim < 2 || f.rotary_dim % 2 != 0 || f.rotary_dim > head_dim ||
+        std::size_t(f.rotary_dim / 2) != n)
+      detail::fail("RopeEncoding: rotary_dim " + std::to_string(f.rotary_dim) +
+                   " must be even, >= 2, <= head_dim " + std::to_string(head_dim) +
+                   " and twice the number of frequencies " + std::to_string(n));
+    if (!std::isfinite(f.attention_factor) || !(f.attention_factor > 0))
+      detail::fail("RopeEncoding: attention_factor must be finite and > 0, got " +
+                   detail::rope_impl::num(f.attention_factor));
+    for (std::size_t i = 0; i < n; ++i)
+      detail::require_preset_frequency(f.inv_freq[i], i, "RopeEncoding");
+    return f;
+  }
+
   static Bank<RotationBlock<S>> make_bank(const RopeFrequencies& f, Layout layout) {
     std::vector<RotationBlock<S>> blocks;
     blocks.reserve(f.inv_freq.size());

@@ -19,13 +19,17 @@
 
 #include "bank.hpp"
 #include "errors.hpp"
+#include "rope.hpp"
 #include "rotation_block.hpp"
 
 namespace peal {
 
 /// The xPos encoding of a head of size head_dim (even, >= 2), as torchscale computes it.
+/// Limits (rope.hpp, docs/presets.md §12): head_dim <= preset_max_head_dim, every omega_i a
+/// double pair in [preset_min_frequency, preset_max_frequency], every a_i finite.
 template <class S = double>
 Bank<RotationBlock<S>> xpos(int head_dim, double scale_base = 512.0, double theta = 10000.0) {
+  detail::require_preset_head_dim(head_dim, "xpos");
   if (head_dim < 2 || head_dim % 2 != 0)
     detail::fail("xpos: head_dim must be even and >= 2, got " + std::to_string(head_dim));
   detail::require_finite(scale_base, "xpos", "scale_base");
@@ -38,7 +42,12 @@ Bank<RotationBlock<S>> xpos(int head_dim, double scale_base = 512.0, double thet
   for (int i = 0; i < head_dim / 2; ++i) {
     const long double zeta = (2.0L * i + 0.4L * d) / (1.4L * d);
     const long double omega = 1.0L / std::pow(th, static_cast<long double>(2 * i) / d);
-    blocks.emplace_back(omega, static_cast<real_t<S>>(std::log(zeta) / B));
+    detail::require_preset_frequency(omega, std::size_t(i), "xpos");
+    const auto a = static_cast<real_t<S>>(std::log(zeta) / B);
+    if (!std::isfinite(a))
+      detail::fail("xpos: a = ln(zeta) / scale_base is not finite for pair " + std::to_string(i) +
+                   " (scale_base too small)");
+    blocks.emplace_back(omega, a);
   }
   return Bank<RotationBlock<S>>(blocks, Layout::Interleaved);
 }
