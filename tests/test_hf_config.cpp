@@ -362,8 +362,7 @@ TEST_CASE("hf_config: sizes read from a file are bounded before allocating",
           "[hf_config][errors][limits]") {
   using Catch::Contains;
   // head_dim, both sides of the limit.
-  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 131072})"),
-                      Contains("head_dim") && Contains("65536"));
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 131072})"), Contains("head_dim") && Contains("65536"));
   REQUIRE(parse(R"({"head_dim": 65536})").head_dim == 65536);
   REQUIRE_THROWS_WITH(parse(R"({"head_dim": 65537, "partial_rotary_factor": 0.5})"),
                       Contains("65536"));

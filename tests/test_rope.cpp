@@ -704,7 +704,8 @@ TEST_CASE("rope: presets in the fused scores kernel, attention factor as scale o
 }
 
 // ---- Limits (docs/presets.md §12, "Limits") ------------------------------------------------
-TEST_CASE("rope: sizes are bounded for configurations built in code too", "[rope][errors][limits]") {
+TEST_CASE("rope: sizes are bounded for configurations built in code too",
+          "[rope][errors][limits]") {
   using Catch::Contains;
   // head_dim <= 65536, both sides; the bound is checked before any table is built.
   REQUIRE(peal::rope<float>(config(65536, 10000.0)).rotary_dim() == 65536);
@@ -719,7 +720,8 @@ TEST_CASE("rope: sizes are bounded for configurations built in code too", "[rope
   c.max_position_embeddings = two53;
   REQUIRE_NOTHROW(peal::rope<double>(c, two53));
   c.max_position_embeddings = 2 * two53;
-  REQUIRE_THROWS_WITH(peal::rope<double>(c), Contains("max_position_embeddings") && Contains("2^53"));
+  REQUIRE_THROWS_WITH(peal::rope<double>(c),
+                      Contains("max_position_embeddings") && Contains("2^53"));
   c.max_position_embeddings.reset();
   REQUIRE_THROWS_WITH(peal::rope<double>(c, 2 * two53), Contains("seq_len") && Contains("2^53"));
   c.scaling.original_max_position_embeddings = 1e300;
@@ -740,7 +742,8 @@ TEST_CASE("rope: sizes are bounded for configurations built in code too", "[rope
 // stores, in [2^-1022, 2^20] (docs/presets.md §12, "Limits"): above, omega t overflows to
 // inf (NaN after reduction); below, omega_hi is subnormal or 0 and the pair no longer holds
 // omega. Both sides of both bounds, for every formula that can reach them.
-TEST_CASE("rope: every preset frequency is a double pair in [2^-1022, 2^20]", "[rope][errors][limits]") {
+TEST_CASE("rope: every preset frequency is a double pair in [2^-1022, 2^20]",
+          "[rope][errors][limits]") {
   using Catch::Contains;
   // LongRoPE divides by the factors: omega_0 = 1 / short_factor[0] (head_dim 2: one pair).
   auto longrope = [](double f0) {

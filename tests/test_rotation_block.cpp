@@ -2,7 +2,6 @@
 // translation invariance of the factored (encode) path at absolute times up to 1.7e9, and
 // the RoPE sign convention of docs/design.md §1.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <limits>
 #include <peal/peal.hpp>
@@ -134,6 +133,7 @@ TEST_CASE("RotationBlock: an omega finite in long double but not in Real is reje
   REQUIRE_THROWS_WITH(peal::RotationBlock<double>(1e320L), Contains("omega"));
   REQUIRE_THROWS_WITH(peal::RotationBlock<float>(-1e320L), Contains("omega"));
   REQUIRE_THROWS_WITH((peal::RotationJordanBlock<2, double>(1e320L)), Contains("omega"));
-  REQUIRE_NOTHROW(peal::RotationBlock<double>(static_cast<long double>(std::numeric_limits<double>::max())));
+  REQUIRE_NOTHROW(
+      peal::RotationBlock<double>(static_cast<long double>(std::numeric_limits<double>::max())));
   REQUIRE_NOTHROW(peal::RotationBlock<long double>(1e320L));  // long double blocks hold it
 }

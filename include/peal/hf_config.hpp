@@ -252,8 +252,7 @@ inline RopeConfig rope_config_from_hf_file(const std::string& path,
     text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
     if (text.size() > hf_config_max_file_bytes)
       detail::fail("hf_config: \"" + path + "\" is larger than " +
-                   std::to_string(hf_config_max_file_bytes) +
-                   " bytes (hf_config_max_file_bytes)");
+                   std::to_string(hf_config_max_file_bytes) + " bytes (hf_config_max_file_bytes)");
   }
   if (in.bad()) detail::fail("hf_config: cannot read \"" + path + "\"");
   nlohmann::json j;

@@ -287,12 +287,10 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
     detail::fail("rope: rope_theta must be finite and > 1, got " + num(c.rope_theta));
   if (c.max_position_embeddings &&
       (!(*c.max_position_embeddings > 0) || !(*c.max_position_embeddings <= preset_max_length)))
-    detail::fail(
-        "rope: max_position_embeddings must be > 0 and <= 2^53 (preset_max_length), got " +
-        num(*c.max_position_embeddings));
+    detail::fail("rope: max_position_embeddings must be > 0 and <= 2^53 (preset_max_length), got " +
+                 num(*c.max_position_embeddings));
   if (!(seq_len >= 0) || !(seq_len <= preset_max_length))
-    detail::fail("rope: seq_len must be >= 0 and <= 2^53 (preset_max_length), got " +
-                 num(seq_len));
+    detail::fail("rope: seq_len must be >= 0 and <= 2^53 (preset_max_length), got " + num(seq_len));
   ri::require_finite_opt(sc.factor, "factor");
   ri::require_finite_opt(sc.original_max_position_embeddings, "original_max_position_embeddings");
   ri::require_finite_opt(sc.beta_fast, "beta_fast");
@@ -307,9 +305,9 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
       for (double x : **list)
         if (!std::isfinite(x))
           detail::fail("rope: short_factor/long_factor entries must be finite");
-  if (sc.original_max_position_embeddings && (!(*sc.original_max_position_embeddings > 0) ||
-                                              !(*sc.original_max_position_embeddings <=
-                                                preset_max_length)))
+  if (sc.original_max_position_embeddings &&
+      (!(*sc.original_max_position_embeddings > 0) ||
+       !(*sc.original_max_position_embeddings <= preset_max_length)))
     detail::fail(
         "rope: rope_scaling.original_max_position_embeddings must be > 0 and <= 2^53 "
         "(preset_max_length), got " +
@@ -465,8 +463,7 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
       // Both tables must be valid whatever seq_len selects: HF switches to the other at L0.
       const std::vector<long double> base = ri::base_inv_freq(D, theta);
       for (const char* name : {"short_factor", "long_factor"}) {
-        const std::vector<double>& list =
-            name[0] == 's' ? *sc.short_factor : *sc.long_factor;
+        const std::vector<double>& list = name[0] == 's' ? *sc.short_factor : *sc.long_factor;
         for (std::size_t i = 0; i < base.size(); ++i)
           require_preset_frequency(base[i] / static_cast<long double>(list[i]), i,
                                    "rope: rope_type \"longrope\"",
