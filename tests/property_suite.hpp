@@ -218,9 +218,8 @@ void run_property_suite() {
     const LMatrix target = to_long(e.A(Real(N) * delta));
     const long double kappa = basis_kappa(e);
     const LMatrix diff = (to_long(prod) - target).cwiseAbs();
-    const LMatrix allowed =
-        (kappa * kappa * T::matrix_chain(N, n)) * bound +
-        LMatrix::Constant(n, n, T::entry(n) * target.norm());
+    const LMatrix allowed = (kappa * kappa * T::matrix_chain(N, n)) * bound +
+                            LMatrix::Constant(n, n, T::entry(n) * target.norm());
     CAPTURE(Fam::name, n);
     CHECK(((diff.array() <= allowed.array())).all());
   }

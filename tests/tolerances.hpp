@@ -20,7 +20,7 @@
 //   expm(x)         = 16 (1 + x) eps_long  forward error of Eigen's scaling-and-squaring
 //                                    exponential in long double, which grows like |tau X| eps
 //                                    (Higham 2005, each squaring doubles the relative error;
-//                                    the 1 covers the Pade step at small x);
+//                                    the 1: the Pade step and rounding at small x);
 //   encoded_dot(n)  = 2 entry(n) + 4 n eps_long  q~ . k~ with q~ = F(t) q, k~ = G(s) k each
 //                                    encoded in S (entry(n) per entry, relative to |F||q|
 //                                    and |G||k| componentwise) and summed in long double;
@@ -32,6 +32,17 @@
 //                                    order k u, with a factor 2 of slack;
 //   printed(k)      = 0.5 10^-k      a constant quoted in the docs with k decimals (half a
 //                                    unit in the last printed place);
+//   jordan_coefficient(x, j, tau) = (2 (x + j ln(|tau| + 1) + j + 2) + 8) eps
+//                                    e^{lambda tau} tau^j / j! (exp_poly.hpp), x = |lambda tau|:
+//                                    the rounding of lambda tau moves the exponential by x
+//                                    ulp (the problem's own conditioning), plus j roundings
+//                                    of the recurrence, or j ln|tau| + ln j! ulp in the log
+//                                    form, plus 2: twice that, plus 8 ulp;
+//   subnormal(rel)  = 2 min_S rel + denorm_min_S  a relative bound rel carried below the
+//                                    normal range, where the spacing is fixed;
+//   lag_rounding(t, s) = ulp(t) + ulp(s)  two times rounded to the nearest real_t<S> move
+//                                    t - s by half an ulp of each, doubled (times |omega|
+//                                    gives the phase error of a pure rotation's score);
 //   matrix_chain(N, n) = 2 N (n + 2) eps  a product of N n x n matrices against the exact
 //                                    one, componentwise: each factor adds gamma_n and the
 //                                    rounding of its entries, |fl(prod) - prod| <= N (n + 2) u
@@ -47,7 +58,10 @@
 //                                    long double ulps of omega as well);
 //   exp_of(x)       = 4 (1 + x) eps_real  e^{a tau}, x = |a tau|, with a rounded to real_t<S>
 //                                    (x u of the exponent) and a faithfully rounded exp (1 ulp),
-//                                    times 2.
+//                                    times 2;
+//   underflow_zone()= 1e3 min_S      scores within three decades of the normal range, where
+//                                    intermediate factors may be subnormal: there a result is
+//                                    only required to come out near 0 (< 2 underflow_zone()).
 //
 // Batch kernels (test_encode.cpp, test_scores.cpp), per element of a result; eps_A / eps_C
 // the epsilon of the arithmetic type (float for float/half/bfloat16 storage, double when
@@ -73,9 +87,10 @@
 //   alibi_bias(x)   = 4 x eps_T      the bias -m tau formed as -m (t - T) - m (T - s) around
 //                                    a tile anchor: two roundings in the output type T of
 //                                    terms at most x = |m| (|tau| + width), times 2;
-//   flushed(n)      = 64 n min_T     n products below the normal range of T may each flush
-//                                    to zero or lose up to min_T (absolute, unit vectors),
-//                                    with 64x slack for the partial sums;
+//   flushed()       = 64 min_C       scores whose rebased factors pass through the subnormal
+//                                    range: each of up to 64 terms of unit-scale vectors may
+//                                    lose up to min_C there (fixed spacing) or flush to 0;
+//                                    absolute, relative to |q| |k|;
 //   shift_steps(N)  = 3 N eps_A      N shift_keys by the same rounded rotation (c~, s~):
 //                                    |c~^2 + s~^2 - 1| <= 2 eps_A plus one rounding of the
 //                                    rotated pair per step, errors that add up linearly
@@ -132,17 +147,32 @@ struct Tol {
   static long double roundings(int k) { return k * eps; }
   static long double printed(int decimals) { return 0.5L * std::pow(10.0L, -decimals); }
   static long double matrix_chain(int N, int n) { return 2.0L * N * (n + 2) * eps; }
+  static long double jordan_coefficient(long double lambda_tau, int j, long double tau) {
+    const long double growth = lambda_tau + j * std::log(std::abs(tau) + 1) + j + 2;
+    return (2 * growth + 8) * eps;
+  }
+  static long double subnormal(long double rel) {
+    return 2 * type_facts<S>::min * rel + type_facts<S>::denorm_min;
+  }
+  static long double lag_rounding(long double t, long double s) {
+    const auto ulp = [](long double x) {
+      const R r = R(std::abs(x));
+      return static_cast<long double>(std::nextafter(r, std::numeric_limits<R>::infinity()) - r);
+    };
+    return ulp(t) + ulp(s);
+  }
 
   static long double rotated_pair() { return 4 * eps; }
   static long double reference_angle(long double x) { return 2 * x * eps_long; }
   static long double exp_of(long double x) { return 4.0L * (1.0L + x) * eps_real; }
+  static long double underflow_zone() { return 1e3L * type_facts<S>::min; }
 
   static long double kernel_entry(int k) { return 8.0L * k * eps; }
   static long double stored() { return eps; }
   static long double underflow() { return type_facts<S>::denorm_min; }
   static long double fused_score(long d) { return 2.0L * (d + 16) * eps; }
   static long double alibi_bias(long double x) { return 4 * x * eps; }
-  static long double flushed(int n) { return 64.0L * n * type_facts<S>::min; }
+  static long double flushed() { return 64.0L * type_facts<S>::min; }
   static long double shift_steps(int N) { return 3.0L * N * eps; }
   static constexpr int exp_ulps() { return 4; }
 
@@ -157,6 +187,28 @@ struct Tol {
     return h * h * std::pow(xnorm, 3) / 3.0L +
            (entry(n) * (norm_plus + norm_minus) + phase(xnorm * h) * 2 * norm_plus) / (2.0L * h);
   }
+};
+
+/// Absolute tolerances of the angle reduction (include/peal/detail/angle.hpp) and of sin/cos
+/// of reduced angles (include/peal/detail/sincos.hpp), in radians (tests/test_angle.cpp).
+struct AngleTol {
+  // reduced_angle: <= ulp(r)/2 + 2^-57 for |w t| <= 2^64, |r| < 4 so ulp(r)/2 <= 2^-52
+  // (angle.hpp). Beyond 2^64 the turns path adds <= |w t| 2^-151; the tolerance doubles that.
+  static constexpr double reduced = 0x1p-52 + 0x1p-56;  // 2.4e-16
+  static double reduced_at(double abs_phase) { return reduced + abs_phase * 0x1p-150; }
+  // sincos_reduced: <= 2^-54 from the last addition + <= 2^-56 from the rest (sincos.hpp);
+  // 1.2e-16 ~ 1.7 x that bound.
+  static constexpr double sincos = 1.2e-16;
+  // sin/cos of a phase = angle error (sin, cos are 1-Lipschitz) + sincos_reduced error.
+  static double phase_sincos(double abs_phase) { return reduced_at(abs_phase) + sincos; }
+  // A table's sin/cos rounded to double: <= 2^-54 more.
+  static constexpr double table_rounding = 0x1p-54;
+  // Float outputs are rounded once from double: <= 2^-25 for values in [-1, 1], plus the
+  // double result's own error.
+  static constexpr double to_float = 0x1p-25 + 4e-16;
+  // Long double reduction: <= ulp(r)/2 + 2^-64 <= 1.5 eps for |r| < 4 (eps = 2^-63 on x87);
+  // a table's r is itself rounded to long double (<= eps more); 4 eps leaves 1.5 eps of slack.
+  static constexpr long double reduced_long = 4 * std::numeric_limits<long double>::epsilon();
 };
 
 }  // namespace peal_test

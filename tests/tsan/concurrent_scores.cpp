@@ -10,12 +10,11 @@
 // table, cached per thread and reused by the second call) and irregular timestamps (tiles
 // with their own tables). Options: causal, ALiBi, per-head decay, grouped-query heads.
 // No Catch2: a plain main() that exits 1 on any mismatch.
-#include <peal/peal.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <peal/peal.hpp>
 #include <random>
 #include <thread>
 #include <vector>
@@ -40,7 +39,8 @@ RotBank xpos_like(int pairs) {
   std::vector<Rot> b;
   const double d = 2.0 * pairs;
   for (int i = 0; i < pairs; ++i)
-    b.emplace_back(std::pow(10000.0L, -2.0L * i / d), std::log((2.0 * i + 0.4 * d) / (1.4 * d)) / 512);
+    b.emplace_back(std::pow(10000.0L, -2.0L * i / d),
+                   std::log((2.0 * i + 0.4 * d) / (1.4 * d)) / 512);
   return RotBank(b);
 }
 
@@ -86,8 +86,7 @@ template <class E>
 std::vector<float> run(const E& enc, const Problem& p) {
   std::vector<float> out(std::size_t(p.Hq * p.nq * p.nk), 12345.0f);
   TensorView<const float> qv(p.q.data(), p.nq, p.Hq, p.d), kv(p.k.data(), p.nk, p.Hk, p.d);
-  peal::scores(enc, qv, p.pq(), kv, p.pk(), TensorView<float>(out.data(), p.Hq, p.nq, p.nk),
-               p.opt);
+  peal::scores(enc, qv, p.pq(), kv, p.pk(), TensorView<float>(out.data(), p.Hq, p.nq, p.nk), p.opt);
   return out;
 }
 
