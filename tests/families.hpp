@@ -1,8 +1,8 @@
 // Random encodings for the property suite. A family builds the same encoding for any
 // scalar from the same random stream, so a float or double encoding can be compared with
-// its long double twin. Regimes follow STYLE.md: zero parameters, tiny parameters and
-// times (~1e-8), random, and large times (|tau| up to 1e4) with real parts scaled so that
-// every result stays representable.
+// its long double twin. Regimes follow the project style: zero parameters, tiny parameters
+// and times (~1e-8), random, and large times (|tau| up to 1e4) with real parts scaled so
+// that every result stays representable.
 #pragma once
 
 #include <random>

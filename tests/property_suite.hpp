@@ -1,4 +1,4 @@
-// The generic property suite (STYLE.md, after Sophus' LieGroupTests and manif's
+// The generic property suite (the project style, after Sophus' LieGroupTests and manif's
 // MANIF_TEST): every check of docs/design.md §1 for one encoding family and scalar, over
 // the regimes of families.hpp. Instantiated for every block, banks, compositions and a
 // basis change in test_properties_*.cpp.
@@ -33,6 +33,33 @@ long double basis_kappa(const peal::BasisChange<E>& e) {
   return to_long(e.P()).norm() * to_long(e.P_inverse()).norm();
 }
 
+// Largest |Re lambda| of X: the growth rate of e^{tau X}. The diagonal of X holds the
+// real parts of every canonical block (a, lambda; docs/design.md §1), banks and
+// compositions included; a basis change has those of its inner encoding.
+template <class E>
+long double growth_rate(const E& e) {
+  return to_long(e.generator()).diagonal().cwiseAbs().maxCoeff();
+}
+template <class E>
+long double growth_rate(const peal::BasisChange<E>& e) {
+  return growth_rate(e.inner());
+}
+
+// F(t) q . G(s) k with both factors applied in S by encode_query / encode_key, summed in
+// long double; w = sum_i (|F(t)| |q|)_i (|G(s)| |k|)_i from the long double twin el, the size
+// the rounding of the encoded entries is relative to.
+template <class E, class EL, class V, class R>
+long double factored_score(const E& e, const EL& el, const V& q, R t, const V& k, R s,
+                           long double& w) {
+  V qe = q, ke = k;
+  e.encode_query(qe, t);
+  e.encode_key(ke, s);
+  const LVector mq = to_long(el.F(t)).cwiseAbs() * to_long(q).cwiseAbs();
+  const LVector mk = to_long(el.G(s)).cwiseAbs() * to_long(k).cwiseAbs();
+  w = mq.dot(mk);
+  return qe.template cast<long double>().dot(ke.template cast<long double>());
+}
+
 // Reference exp(tau X) in long double from Eigen's MatrixFunctions. For a basis change
 // X = P J P^{-1} at large |tau X| the scaling-and-squaring exponential of the non-normal
 // X is itself off by up to ~|tau X| eps kappa(P)^(number of squarings) (each squaring can
@@ -56,6 +83,7 @@ void run_property_suite() {
   using S = typename Case::Scalar;
   using T = Tol<S>;
   using Real = peal::real_t<S>;
+  int shifts_tried = 0, shifts_strong = 0;
 
   for (Regime regime : {Regime::Zero, Regime::Tiny, Regime::Random, Regime::Large}) {
     for (int trial = 0; trial < 6; ++trial) {
@@ -107,29 +135,42 @@ void run_property_suite() {
         CHECK(double(norm(fg - A(t - s))) <= double(tol));
       }
 
-      // Translation invariance: score(q, t+c, k, s+c) = score(q, t, k, s), relative to the
-      // natural size of the score |q| |A(t-s)| |k| (the score itself may cancel to ~0).
+      // Translation invariance through the factors that really act: with q~ = F(t) q and
+      // k~ = G(s) k encoded in S by encode_query / encode_key,
+      //   F(t + c) q . G(s + c) k = F(t) q . G(s) k
+      // (a wrong sign or time in either factor breaks it; score() would go through the lag
+      // t - s and could not). Shifts c up to 1e6, where F and G stay inside the range of S.
       {
         peal::Vector<S> q(n), k(n);
         for (int i = 0; i < n; ++i) q(i) = S(dt.uniform(-1, 1)), k(i) = S(dt.uniform(-1, 1));
-        const long double ref = e.score(q, t, k, s);
         const long double size = to_long(q).norm() * norm(A(t - s)) * to_long(k).norm();
-        for (double c : {1e3, -1e3, 1e6, -1e6, dt.uniform(-1e6, 1e6)}) {
-          const long double moved = e.score(q, t + Real(c), k, s + Real(c));
-          const long double tol =
-              k2 * (T::entry(2 * n) + T::phase(xn * (std::abs(t) + std::abs(s) + 2 * std::abs(c)))) *
-              size;
-          CHECK(double(std::abs(moved - ref)) <= double(tol));
-        }
+        const long double rho = growth_rate(el);
+        const long double range = T::range_exponent();
+        long double w0 = 0;
+        const long double ref = factored_score(e, el, q, t, k, s, w0);
         // The factored path agrees with the reference score at moderate times.
-        peal::Vector<S> qe = q, ke = k;
-        e.encode_query(qe, t);
-        e.encode_key(ke, s);
-        const long double factored = qe.template cast<long double>().dot(ke.template cast<long double>());
-        CHECK(double(std::abs(factored - ref)) <=
+        CHECK(double(std::abs(ref - static_cast<long double>(e.score(q, t, k, s)))) <=
               double(k2 * (T::entry(2 * n) * to_long(q).norm() * norm(A(t)) * norm(A(-s)) *
                                to_long(k).norm() +
                            T::phase(xn * (std::abs(t) + std::abs(s))) * size)));
+        for (double c : {0.75, -2.5, 1e3, -1e3, 1e6, -1e6, dt.uniform(-1e6, 1e6)}) {
+          const Real tc = t + Real(c), sc = s + Real(c);
+          const long double reach = std::max(std::abs(tc), std::abs(sc));
+          if (rho * reach > range) continue;  // e^{a t} leaves [max^(-1/4), max^(1/4)]
+          const LMatrix Fc = to_long(el.F(tc)), Gc = to_long(el.G(sc));
+          const long double cap = std::exp(range);
+          if (Fc.cwiseAbs().maxCoeff() > cap || Gc.cwiseAbs().maxCoeff() > cap)
+            continue;  // polynomial growth of a Jordan chain past max^(1/4)
+          long double wc = 0;
+          const long double moved = factored_score(e, el, q, tc, k, sc, wc);
+          const long double tol =
+              k2 * (T::encoded_dot(n) * (w0 + wc) +
+                    T::phase(xn * (std::abs(tc) + std::abs(sc))) * (size + w0 + wc));
+          CAPTURE(c, double(moved), double(ref), double(tol), double(size));
+          CHECK(double(std::abs(moved - ref)) <= double(tol));
+          shifts_tried += 1;
+          shifts_strong += tol <= size / 8;  // a sign flip (an O(size) change) is caught
+        }
       }
 
       // Closed form against Eigen's matrix exponential of tau X, in long double.
@@ -144,19 +185,21 @@ void run_property_suite() {
       {
         const Real h = Real(T::diff_step(xn));
         const LMatrix d = (A(h) - A(-h)) / (2.0L * static_cast<long double>(h));
-        const long double tol = k2 * (static_cast<long double>(h) * h * std::pow(xn, 3) / 3.0L +
-                                      (T::entry(n) * (norm(A(h)) + norm(A(-h))) +
-                                       T::phase(xn * h) * 2 * norm(A(h))) /
-                                          (2.0L * h)) +
-                                T::entry(n) * xn;
+        const long double tol =
+            k2 * T::diff_tol(static_cast<long double>(h), xn, n, norm(A(h)), norm(A(-h))) +
+            T::entry(n) * xn;  // the generator of the encoding, rounded to S
         CHECK(double(norm(d - to_long(e.generator()))) <= double(tol));
       }
     }
   }
 
+  // Every family gets translation checks that can fail on an O(score) error.
+  CAPTURE(Fam::name, shifts_tried, shifts_strong);
+  CHECK(shifts_strong >= 8);
+
   // Drift: A(delta) applied N = 1e4 times against A(N delta). Componentwise first-order
-  // bound for a product of N matrices: |fl(prod) - prod| <= N (n + 2) eps prod|A_i|, so
-  // any systematic error in A(delta) above ~n eps per step is caught.
+  // bound for a product of N matrices, Tol::matrix_chain: any systematic error in A(delta)
+  // above ~n eps per step is caught.
   {
     std::mt19937_64 rng(4242);
     Draw d{rng, Regime::Random};
@@ -175,9 +218,8 @@ void run_property_suite() {
     const LMatrix target = to_long(e.A(Real(N) * delta));
     const long double kappa = basis_kappa(e);
     const LMatrix diff = (to_long(prod) - target).cwiseAbs();
-    const LMatrix allowed =
-        (kappa * kappa * 2.0L * N * (n + 2) * T::eps) * bound +
-        LMatrix::Constant(n, n, T::entry(n) * target.norm());
+    const LMatrix allowed = (kappa * kappa * T::matrix_chain(N, n)) * bound +
+                            LMatrix::Constant(n, n, T::entry(n) * target.norm());
     CAPTURE(Fam::name, n);
     CHECK(((diff.array() <= allowed.array())).all());
   }

@@ -18,28 +18,23 @@
 #include <utility>
 #include <vector>
 
+#include "tolerances.hpp"
+
 namespace {
 
 namespace pd = peal::detail;
 
-// ---- Tolerances (absolute; angles in radians) ---------------------------------------------
-// reduced_angle: ≤ ulp(r)/2 + 2^-57 for |ω t| ≤ 2^64, |r| < 4 so ulp(r)/2 ≤ 2^-52 (angle.hpp).
-// Beyond 2^64 the turns path adds ≤ |ω t|·2^-151; the tolerance doubles that term.
-constexpr double kTolAngle = 0x1p-52 + 0x1p-56;  // 2.4e-16
-double tol_angle(double abs_phase) { return kTolAngle + abs_phase * 0x1p-150; }
-// sincos_reduced: ≤ 2^-54 from the last addition + ≤ 2^-56 from the rest (sincos.hpp);
-// 1.2e-16 ≈ 1.7 × that bound.
-constexpr double kTolSinCos = 1.2e-16;
-// sin/cos of a phase = angle error (sin, cos are 1-Lipschitz) + sincos_reduced error.
-double tol_phase_sincos(double abs_phase) { return tol_angle(abs_phase) + kTolSinCos; }
-// kTable's sin/cos are rounded to double: ≤ 2^-54 more.
-constexpr double kTableRounding = 0x1p-54;
-// Float outputs are rounded once from double: ≤ 2^-25 for values in [-1, 1].
-constexpr double kTolFloat = 0x1p-25 + 4e-16;
-// Long double reduction: ≤ ulp(r)/2 + 2^-64 ≤ 1.5 eps for |r| < 4 (eps = 2^-63 on x87); the
-// table's r is itself rounded to long double (≤ eps more); 4 eps leaves 1.5 eps of slack.
+// ---- Tolerances (absolute; angles in radians): peal_test::AngleTol of tolerances.hpp, where
+// each is derived from the bounds of angle.hpp and sincos.hpp.
+using peal_test::AngleTol;
+constexpr double kTolAngle = AngleTol::reduced;
+double tol_angle(double abs_phase) { return AngleTol::reduced_at(abs_phase); }
+constexpr double kTolSinCos = AngleTol::sincos;
+double tol_phase_sincos(double abs_phase) { return AngleTol::phase_sincos(abs_phase); }
+constexpr double kTableRounding = AngleTol::table_rounding;
+constexpr double kTolFloat = AngleTol::to_float;
 constexpr long double kEpsLd = std::numeric_limits<long double>::epsilon();
-constexpr long double kTolAngleLd = 4 * kEpsLd;
+constexpr long double kTolAngleLd = AngleTol::reduced_long;
 
 struct TableCase {
   double w_hi, w_lo, t;  // frequency (split of a 64-bit w) and position

@@ -4,20 +4,14 @@
 // an Eigen vector of double, over awkward sizes, misaligned and strided views, all four
 // storage types and both kinds of positions.
 //
-// Tolerance (per element j of one encoded vector y = M x, M = F(t) or G(s) in double):
-//   |y_kernel - y_ref|_j <= 8 k_j eps_A (|M| |x|)_j + eps_T |y_ref|_j + denorm_min_T
-// eps_A: epsilon of the arithmetic type (float for float/half/bf16 storage, double for
-//        double storage); k_j: non-zeros in row j of M (2 for a rotation pair, 1 for a
-//        scale, up to d for the dense path). This is the classical forward error bound of a
-//        k-term dot product, |fl(m.x) - m.x| <= gamma_k |m| |x| (Higham, Thm 3.5), plus
-//        one rounding of each coefficient to the arithmetic type (the coefficients come
-//        from double sin/cos/exp accurate to a few double ulps), with a factor 8 of slack
-//        (the reference itself carries double rounding, and vectorized and scalar loops
-//        may contract differently).
-// eps_T: epsilon of the storage type (2^-23 float, 2^-52 double, 2^-10 half, 2^-7
-//        bfloat16): the final rounding of the result to storage is at most eps_T / 2
-//        relative (round to nearest); the input is converted to double exactly, so it adds
-//        nothing. denorm_min_T covers results that land in the subnormal range of half.
+// Tolerance (per element j of one encoded vector y = M x, M = F(t) or G(s) in double;
+// tests/tolerances.hpp, "Batch kernels", derives each term):
+//   |y_kernel - y_ref|_j <= Tol<A>::kernel_entry(k_j) (|M| |x|)_j + Tol<T>::stored() |y_ref|_j
+//                           + Tol<T>::underflow()
+// (8 k_j eps_A, eps_T, denorm_min_T) with A the arithmetic type (float for float/half/bf16
+// storage, double when either side stores double), T the storage type of the result and
+// k_j the non-zeros in row j of M (2 for a rotation pair, 1 for a scale, up to d for the
+// dense path). The input is converted to double exactly, so it adds nothing.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cfloat>
@@ -31,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "tolerances.hpp"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -42,21 +38,19 @@ using peal::Layout;
 using peal::Positions;
 using peal::Strides;
 using peal::TensorView;
+using peal_test::Tol;
 
 enum class Side { Query, Key };
 
-// Machine epsilon of the storage type (spelled out: Eigen's NumTraits<half>::epsilon() is
-// 2^-13, not the spacing 2^-10 of half numbers at 1).
+// Machine epsilon of the storage type (Tol spells it out for half: 2^-10).
 template <class T>
 double storage_eps() {
-  if (std::is_same<T, Eigen::half>::value) return std::ldexp(1.0, -10);
-  if (std::is_same<T, Eigen::bfloat16>::value) return std::ldexp(1.0, -7);
-  return double(std::numeric_limits<T>::epsilon());
+  return double(Tol<T>::eps);
 }
+// Epsilon of the arithmetic type of storage T.
 template <class T>
 double arith_eps() {
-  return std::is_same<T, double>::value ? std::numeric_limits<double>::epsilon()
-                                        : double(std::numeric_limits<float>::epsilon());
+  return double(Tol<peal::detail::arith_t<T, T>>::eps);
 }
 // Storage <-> double through the library's own conversions (detail/storage.hpp).
 template <class T>
@@ -136,11 +130,9 @@ void compare_with_reference(const E& enc, Side side, const std::vector<double>& 
                             const std::vector<TS>& in, const Geometry& gi,
                             const std::vector<TD>& out_before, const std::vector<TD>& out,
                             const Geometry& go, double slack = 1) {
-  const double eps_a = (std::is_same<TS, double>::value || std::is_same<TD, double>::value)
-                           ? arith_eps<double>()
-                           : arith_eps<float>();
-  const double eps_t = storage_eps<TD>();
-  const double floor_t = double(static_cast<float>(std::numeric_limits<TD>::denorm_min()));
+  using A = peal::detail::arith_t<TS, TD>;
+  // Subnormal results of T (0 for double: through float it rounds away, as it always did).
+  const double floor_t = double(static_cast<float>(Tol<TD>::underflow()));
   const int d = int(gi.dim);
   // Which elements belong to the destination view.
   std::vector<char> in_view(out.size(), 0);
@@ -162,7 +154,9 @@ void compare_with_reference(const E& enc, Side side, const std::vector<double>& 
         const std::size_t o = std::size_t(go.at(t, h, j));
         in_view[o] = 1;
         const double got = to_d(out[o]);
-        const double tol = slack * (8 * k(j) * eps_a * mag(j) + eps_t * std::abs(ref(j))) + floor_t;
+        const double tol = slack * double(Tol<A>::kernel_entry(int(k(j))) * mag(j) +
+                                          Tol<TD>::stored() * std::abs(ref(j))) +
+                           floor_t;
         if (!(std::abs(got - ref(j)) <= tol)) {
           CAPTURE(t, h, j, pos[std::size_t(t)], got, ref(j), tol, mag(j));
           FAIL("encoded element differs from the scalar reference");
@@ -352,10 +346,11 @@ TEST_CASE("encode: out of place equals in place, and mixed storage types", "[enc
       // The in-place and out-of-place loops evaluate the same two-term sums, but the
       // compiler may contract them into FMAs differently (-O3 -march=native does): they
       // agree to two roundings of the terms, each at most g = e^{|a| |t|} <= e^{0.015 pmax}
-      // times |x| <= 1 (rope_bank: |a_i| = 0.01 (1 + i/d) < 0.015).
+      // times |x| <= 1 (rope_bank: |a_i| = 0.01 (1 + i/d) < 0.015): roundings(2) of 2 g.
       const double gmax = std::exp(0.015 * *std::max_element(pv.begin(), pv.end()));
       for (std::size_t i = 0; i < a.size(); ++i)
-        REQUIRE(std::abs(double(a[i]) - double(b[i])) <= 2 * 2 * gmax * double(FLT_EPSILON));
+        REQUIRE(std::abs(double(a[i]) - double(b[i])) <=
+                double(Tol<float>::roundings(2)) * 2 * gmax);
       // The same view as source and destination encodes in place.
       std::vector<float> e = c;
       TensorView<float> ve(e.data(), T, H, D);
@@ -371,9 +366,11 @@ TEST_CASE("encode: out of place equals in place, and mixed storage types", "[enc
         peal::encode_queries(enc, vc, vh, pv);
       else
         peal::encode_keys(enc, vc, vh, pv);
+      // float -> half: one rounding to half, subnormal halves at fixed spacing.
       for (std::size_t i = 0; i < h.size(); ++i)
-        REQUIRE(std::abs(double(float(h[i])) - double(a[i])) <=
-                storage_eps<Eigen::half>() * std::abs(a[i]) + 1e-7);
+        REQUIRE(
+            std::abs(double(float(h[i])) - double(a[i])) <=
+            double(Tol<Eigen::half>::stored() * std::abs(a[i]) + Tol<Eigen::half>::underflow()));
       std::vector<double> dd(a.size());
       TensorView<double> vd(dd.data(), T, H, D);
       const Geometry g = packed(T, H, D);
@@ -421,6 +418,8 @@ TEST_CASE("encode: views from Eigen matrices", "[encode]") {
   std::mt19937_64 rng(17);
   const auto enc = rope_bank(8, 10000.0, Layout::HalfSplit);
   Eigen::MatrixXf q = Eigen::MatrixXf::Random(5, 2 * 8);  // column major: elem stride 5
+  // Pairs (i, i + 4) rotated in float: entry(2) of |F| |x| (the old absolute 16 eps_f with
+  // |x| <= 1 is wider: |F| |x| <= |c| + |s| <= sqrt 2).
   const Eigen::MatrixXf q0 = q;
   const std::vector<double> pv = irregular(5, 0.0, rng);
   peal::encode_queries(enc, TensorView<float>(q, 2), pv);
@@ -429,7 +428,10 @@ TEST_CASE("encode: views from Eigen matrices", "[encode]") {
       Eigen::VectorXd ref = q0.row(t).segment(h * 8, 8).transpose().cast<double>();
       enc.encode_query(ref, pv[std::size_t(t)]);
       const Eigen::VectorXd got = q.row(t).segment(h * 8, 8).transpose().cast<double>();
-      CHECK((got - ref).cwiseAbs().maxCoeff() <= 16 * double(FLT_EPSILON));
+      const Eigen::VectorXd x = q0.row(t).segment(h * 8, 8).transpose().cast<double>();
+      const Eigen::VectorXd mag =
+          Eigen::MatrixXd(enc.F(pv[std::size_t(t)])).cwiseAbs() * x.cwiseAbs();
+      CHECK(((got - ref).cwiseAbs().array() <= double(Tol<float>::entry(2)) * mag.array()).all());
     }
 }
 
@@ -444,7 +446,9 @@ TEST_CASE("encode: growth at large |a t| overflows by nature (not clamped)", "[e
   CHECK(std::isinf(k[0]));
   std::vector<double> kd = {1.0, 0.0};
   peal::encode_keys(bank, TensorView<double>(kd.data(), 1, 1, 2), std::vector<double>{4000.0});
-  CHECK(kd[0] == Approx(std::exp(-a * 4000.0)).epsilon(1e-12));  // still finite in double
+  // Still finite in double: -a s rounded and its exp, exp_of(|a s|) relative.
+  const double want = std::exp(-a * 4000.0);
+  CHECK(std::abs(kd[0] - want) <= double(Tol<double>::exp_of(std::abs(a * 4000.0))) * want);
 }
 
 TEST_CASE("encode: errors", "[encode]") {
@@ -485,12 +489,11 @@ TEST_CASE("encode: errors", "[encode]") {
 
 TEMPLATE_TEST_CASE("shift_keys: equals encoding at s + delta", "[encode][shift]", float, double) {
   // The shifted key is G(delta) (G(s) k) computed as two products, so its error is bounded
-  // by the rounding of both: 2 * 8 k_j eps_A (|G(delta)| |G(s)| |k|)_j + eps_T |ref_j|
+  // by the rounding of both: 2 kernel_entry(k_j) (|G(delta)| |G(s)| |k|)_j + stored() |ref_j|
   // (same model as the header comment, one product after the other). The reference is
-  // encoded at fl(s + delta), which moves it by |X| |G| |k| eps_d |s + delta| (a phase
-  // term, Tol::phase of tolerances.hpp; it matters only for double).
+  // encoded at fl(s + delta), which moves it by Tol<double>::phase(|s + delta|) of
+  // (|X| |G| |k|)_j (it matters only for double).
   using T = TestType;
-  const double eps = arith_eps<T>();
   std::mt19937_64 rng(21);
   auto run = [&](const auto& enc, double delta) {
     const Index Tn = 17, H = 3, D = enc.dim();
@@ -509,7 +512,7 @@ TEMPLATE_TEST_CASE("shift_keys: equals encoding at s + delta", "[encode][shift]"
     for (Index t = 0; t < Tn; ++t) {
       const Eigen::MatrixXd Gs = enc.G(s[std::size_t(t)]);
       const Eigen::MatrixXd Gsd = enc.G(s_shifted[std::size_t(t)]);
-      const double dtau = 2 * arith_eps<double>() * std::abs(s_shifted[std::size_t(t)]);
+      const double dtau = double(Tol<double>::phase(std::abs(s_shifted[std::size_t(t)])));
       for (Index h = 0; h < H; ++h) {
         Eigen::VectorXd x(D), got(D);
         for (Index j = 0; j < D; ++j) {
@@ -521,9 +524,10 @@ TEMPLATE_TEST_CASE("shift_keys: equals encoding at s + delta", "[encode][shift]"
         const Eigen::VectorXd mag = Gd.cwiseAbs() * (Gs.cwiseAbs() * x.cwiseAbs());
         const Eigen::VectorXd phase = dtau * (Xabs * (Gsd.cwiseAbs() * x.cwiseAbs()));
         for (Index j = 0; j < D; ++j) {
-          const double kj = double((Gs.row(j).array() != 0).count());
+          const int kj = int((Gs.row(j).array() != 0).count());
           const double tol =
-              16 * kj * eps * mag(j) + storage_eps<T>() * std::abs(ref(j)) + 4 * phase(j);
+              double(2 * Tol<T>::kernel_entry(kj) * mag(j) + Tol<T>::stored() * std::abs(ref(j))) +
+              phase(j);
           if (!(std::abs(got(j) - ref(j)) <= tol)) {
             CAPTURE(t, h, j, got(j), ref(j), tol);
             FAIL("shifted key differs from the key encoded at s + delta");
@@ -553,9 +557,10 @@ TEMPLATE_TEST_CASE("shift_keys: 1000 shifts by 1 neither drift nor change magnit
   //   magnitude: |c~^2 + s~^2 - 1| <= 2 eps_A and the rotated pair is rounded again,
   //              so each step scales the pair norm by at most 1 + 3 eps_A;
   //   angle:     atan2(s~, c~) differs from omega by at most eps_A per step.
-  // After N steps both are bounded by ~3 N eps_A |k| (linear, worst case); compared with a
-  // direct encoding at s + N (itself within 8 eps_A |k| of the truth) the difference is
-  // at most (3 N + 8) eps_A |k|, elementwise, with |k| the norm of the pair.
+  // After N steps both are bounded by Tol::shift_steps(N) = 3 N eps_A |k| (linear, worst
+  // case); compared with a direct encoding at s + N (itself within a few roundings,
+  // roundings(8) = 8 eps_A |k|, of the truth) the difference is at most (3 N + 8) eps_A |k|,
+  // elementwise, with |k| the norm of the pair.
   using T = TestType;
   const double eps = arith_eps<T>();
   const int N = 1000;
@@ -589,15 +594,15 @@ TEMPLATE_TEST_CASE("shift_keys: 1000 shifts by 1 neither drift nor change magnit
             worst_diff = std::max(worst_diff, diff / (r0 * eps));
           }
       CAPTURE(which, int(layout), worst_norm, worst_diff);
-      CHECK(worst_norm <= 3.0 * N);
-      CHECK(worst_diff <= 3.0 * N + 8);
+      CHECK(worst_norm * eps <= double(Tol<T>::shift_steps(N)));
+      CHECK(worst_diff * eps <= double(Tol<T>::shift_steps(N) + Tol<T>::roundings(8)));
     }
 }
 
 TEST_CASE("encode: the vectorizable exp of the growth factors", "[encode]") {
-  // detail::encode_kernels::exp_kernel against std::exp: <= 4 ulp where the result is
-  // normal, identical 0 / inf beyond the range, and close in the subnormal range (where
-  // the spacing is fixed, compare absolutely against the smallest subnormal).
+  // detail::encode_kernels::exp_kernel against std::exp: <= Tol::exp_ulps() = 4 ulp where
+  // the result is normal, identical 0 / inf beyond the range, and close in the subnormal
+  // range (where the spacing is fixed, compare absolutely against the smallest subnormal).
   using peal::detail::encode_kernels::exp_kernel;
   std::mt19937_64 rng(31);
   std::uniform_real_distribution<double> u(-760, 720);
@@ -607,11 +612,11 @@ TEST_CASE("encode: the vectorizable exp of the growth factors", "[encode]") {
     if (std::isinf(ref) || ref == 0) {
       REQUIRE(got == ref);
     } else if (ref < std::numeric_limits<double>::min()) {
-      REQUIRE(std::abs(got - ref) <= 2 * std::numeric_limits<double>::denorm_min());
+      REQUIRE(std::abs(got - ref) <= 2 * double(Tol<double>::underflow()));
     } else {
-      const double ulps = std::abs(got - ref) / (std::numeric_limits<double>::epsilon() * ref);
+      const double ulps = std::abs(got - ref) / (double(Tol<double>::eps) * ref);
       worst = std::max(worst, ulps);
-      REQUIRE(ulps <= 4);
+      REQUIRE(ulps <= Tol<double>::exp_ulps());
     }
   };
   for (int i = 0; i < 200000; ++i) check(u(rng));
@@ -619,7 +624,7 @@ TEST_CASE("encode: the vectorizable exp of the growth factors", "[encode]") {
                    710.0, 1e6, -708.3, -708.5, -744.4, -745.2, -746.0, -1e6})
     check(x);
   CAPTURE(worst);
-  CHECK(worst <= 4);
+  CHECK(worst <= Tol<double>::exp_ulps());
 }
 
 #ifdef _OPENMP

@@ -7,7 +7,11 @@
 #include <cmath>
 #include <peal/peal.hpp>
 
+#include "tolerances.hpp"
+
 namespace {
+
+using peal_test::Tol;
 
 // c_j in long double, whose exponent range (to ~1e4932) holds every factor used below.
 long double coefficient_ld(long double lambda, long double tau, int j) {
@@ -16,21 +20,18 @@ long double coefficient_ld(long double lambda, long double tau, int j) {
   return std::exp(lambda * tau) * p;
 }
 
-// Both evaluation forms have relative error ~(|lambda tau| + j + 2) ulp: the rounding of
-// the product lambda*tau alone moves e^{lambda tau} by |lambda tau| ulp (the problem's own
-// conditioning), plus j roundings of the recurrence, or j ln|tau| + ln j! ulp in the log
-// form. Tolerance: twice that, plus 8 ulp.
+// Against the long double coefficient: Tol::jordan_coefficient (both evaluation forms,
+// direct and log, of exp_poly.hpp); below the normal range, absolutely.
 template <int M>
 void check_against_long_double(double lambda, double tau) {
   const peal::JordanBlock<M, double> b(lambda);
   const auto a = b.A(tau);
   for (int j = 0; j < M; ++j) {
     const long double ref = coefficient_ld(lambda, tau, j);
-    const double growth = std::abs(lambda * tau) + j * std::log(std::abs(tau) + 1) + j + 2;
-    const double rel = (2 * growth + 8) * DBL_EPSILON;
+    const double rel = double(Tol<double>::jordan_coefficient(std::abs(lambda * tau), j, tau));
     CAPTURE(lambda, tau, j, double(ref), a(0, j), rel);
     if (std::abs(ref) < DBL_MIN) {  // not a normal double: compare absolutely
-      CHECK(std::abs(a(0, j) - double(ref)) <= 2 * DBL_MIN * rel + DBL_TRUE_MIN);
+      CHECK(std::abs(a(0, j) - double(ref)) <= double(Tol<double>::subnormal(rel)));
     } else {
       CHECK(double(std::abs(a(0, j) - ref)) <= rel * double(std::abs(ref)));
     }
@@ -81,11 +82,18 @@ TEST_CASE("RotationJordanBlock<1> is a RotationBlock and <M> stacks Jordan coeff
   const double w = 0.7, a = -0.05;
   const peal::RotationJordanBlock<1, double> rj(w, a);
   const peal::RotationBlock<double> r(w, a);
-  for (double tau : {0.0, 1.0, -3.5, 1e4}) CHECK((rj.A(tau) - r.A(tau)).norm() <= 1e-15);
+  // Two closed forms of e^{a tau} R(-w tau): the same exactly reduced angle, e^{a tau} from
+  // the Jordan coefficients and from exp, each within an ulp: roundings(2) of |A|.
+  for (double tau : {0.0, 1.0, -3.5, 1e4}) {
+    CHECK((rj.A(tau) - r.A(tau)).norm() <= Tol<double>::roundings(2) * r.A(tau).norm());
+  }
   const peal::RotationJordanBlock<3, double> r3(w, a);
   const double tau = 2.5;
   const auto A3 = r3.A(tau);
   const Eigen::Matrix2d R = r.A(tau);
-  CHECK((A3.block<2, 2>(0, 4) - tau * tau / 2 * R).norm() <= 1e-14);
+  // tau^2 / 2 = 3.125 is exact; the coefficient e^{a tau} tau^2 / 2 against e^{a tau} rounded
+  // and scaled: a few roundings, roundings(4) of the block.
+  const Eigen::Matrix2d want = tau * tau / 2 * R;
+  CHECK((A3.block<2, 2>(0, 4) - want).norm() <= Tol<double>::roundings(4) * want.norm());
   CHECK((A3.block<2, 2>(2, 0)).norm() == 0.0);
 }

@@ -6,6 +6,10 @@
 #include <limits>
 #include <peal/peal.hpp>
 
+#include "tolerances.hpp"
+
+using peal_test::Tol;
+
 TEST_CASE("RotationBlock encodes a query as R(omega t) q: RoPE") {
   const double w = 0.3, t = 2.0;
   const peal::RotationBlock<double> b(w);
@@ -13,25 +17,38 @@ TEST_CASE("RotationBlock encodes a query as R(omega t) q: RoPE") {
   Eigen::Vector2d qe = q, ke = k;
   b.encode_query(qe, t);
   b.encode_key(ke, 5.0);
+  // Relative to each entry: roundings(4), as tight as ever (the generic bound
+  // entry(2) (|q0 c| + |q1 s|) is ~10x wider at the cancellation in qe(0)). It holds because
+  // q and k are exact small binary fractions (the products are exact): what remains is one
+  // ulp of cos/sin on either side, the angle w t rounded once, and the final sum.
   const double c = std::cos(w * t), s = std::sin(w * t);
-  CHECK(qe(0) == Approx(q(0) * c - q(1) * s).epsilon(1e-15));
-  CHECK(qe(1) == Approx(q(0) * s + q(1) * c).epsilon(1e-15));
   const double c5 = std::cos(w * 5.0), s5 = std::sin(w * 5.0);
-  CHECK(ke(0) == Approx(k(0) * c5 - k(1) * s5).epsilon(1e-15));
-  CHECK(ke(1) == Approx(k(0) * s5 + k(1) * c5).epsilon(1e-15));
+  const double want[4] = {q(0) * c - q(1) * s, q(0) * s + q(1) * c, k(0) * c5 - k(1) * s5,
+                          k(0) * s5 + k(1) * c5};
+  const double got[4] = {qe(0), qe(1), ke(0), ke(1)};
+  for (int i = 0; i < 4; ++i) {
+    CAPTURE(i, got[i], want[i]);
+    CHECK(std::abs(got[i] - want[i]) <= Tol<double>::roundings(4) * std::abs(want[i]));
+  }
 }
 
 TEST_CASE("RotationBlock with omega -> 0 and a -> 0") {
   for (double w : {0.0, 1e-300, -1e-300, 1e-17}) {
     const peal::RotationBlock<double> b(w, 0.0);
     const auto a = b.A(1e6);
-    CHECK(std::abs(a(0, 0) - std::cos(w * 1e6)) <= 1e-16);
-    CHECK(std::abs(a(0, 1) - std::sin(w * 1e6)) <= 1e-16);
+    // |w tau| <= 1e-11: cos is 1 - O(1e-23), which rounds to exactly 1; sin(w tau) is
+    // w tau to ~1e-22 relative, rounded once on both sides.
+    CHECK(a(0, 0) == 1.0);
+    CHECK(std::cos(w * 1e6) == 1.0);
+    CHECK(std::abs(a(0, 1) - std::sin(w * 1e6)) <=
+          Tol<double>::roundings(2) * std::abs(std::sin(w * 1e6)));
   }
+  // A(1e-8) of omega = a = 1e-8: e^{1e-16} cos(1e-16) = 1 + 1e-16 + O(1e-32) rounds to exactly
+  // 1; e^{1e-16} sin(1e-16) = 1e-16 (1 + 1e-16): a few roundings of 1e-16.
   const peal::RotationBlock<double> tiny(1e-8, 1e-8);
   const auto a = tiny.A(1e-8);
-  CHECK(std::abs(a(0, 0) - 1.0) <= 2e-16);
-  CHECK(std::abs(a(0, 1) - 1e-16) <= 1e-30);
+  CHECK(a(0, 0) == 1.0);
+  CHECK(std::abs(a(0, 1) - 1e-16) <= Tol<double>::roundings(4) * 1e-16);
 }
 
 TEST_CASE("RotationBlock angles stay exact at |tau| = 2^40 and beyond") {
@@ -42,10 +59,13 @@ TEST_CASE("RotationBlock angles stay exact at |tau| = 2^40 and beyond") {
     const peal::RotationBlock<double> bd(w);
     const peal::RotationBlock<long double> bl(w);
     for (double tau : {4095.0, 1e6, std::ldexp(1.0, 40), -std::ldexp(1.0, 40)}) {
-      const long double ref_err = std::abs(w * tau) * std::ldexp(1.0L, -63);
+      // The long double block's angle error, |w tau| eps_long (its phase(|w tau|) / 4,
+      // kept as tight as before), plus entry(2) of the double entries (Frobenius norm of
+      // the 2x2 difference).
+      const long double ref_err = std::abs(w * tau) * Tol<long double>::eps;
       CAPTURE(double(w), tau);
-      CHECK(double((bd.A(tau).cast<long double>() - bl.A(tau)).norm()) <=
-            double(ref_err + 8 * std::ldexp(1.0L, -52)));
+      const long double err = (bd.A(tau).cast<long double>() - bl.A(tau)).norm();
+      CHECK(double(err) <= double(ref_err + Tol<double>::entry(2)));
     }
   }
 }
@@ -65,8 +85,10 @@ TEST_CASE("Pure rotations: the factored score is translation invariant at 1.7e9"
     bank.encode_key(ka, t0);
     bank.encode_query(qb, gap);
     bank.encode_key(kb, 0.0);
-    const double ulp_t = std::nextafter(t0 + 2000, 1e300) - (t0 + 2000);
-    CHECK(std::abs(qa.dot(ka) - qb.dot(kb)) <= q.norm() * k.norm() * (2 * ulp_t + 1e-14));
+    // Both times rounded to double move the lag by lag_rounding (|omega| <= 1); the two
+    // 6-term products of exactly rotated unit-scale entries cost entry(6) |q| |k| together.
+    const double tol = double(Tol<double>::lag_rounding(t0 + gap, t0) + Tol<double>::entry(6));
+    CHECK(std::abs(qa.dot(ka) - qb.dot(kb)) <= q.norm() * k.norm() * tol);
   }
 }
 

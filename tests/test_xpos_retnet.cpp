@@ -3,11 +3,11 @@
 // docs/design.md §1: with growth/decay, the global factors F(t), G(s) leave the range of the
 // storage type at large positions, while scores through the lag t - s stay accurate.
 //
-// Tolerances (relative to the magnitude M = sum_i scale_i |q_i| |k_i| of a score, or to
-// |x_i| scale_i for an encoded pair): 4 d eps_S for a d-term dot product in S (each
-// encoded entry and product costs a few u), plus the reference's own angle rounding
-// |omega p| 2^-62 per factor (see test_rope.cpp), plus |a tau| 4 eps_double for the decay
-// rate a rounded to double and its exponential.
+// Tolerances (tolerances.hpp; relative to the magnitude M = sum_i scale_i |q_i| |k_i| of a
+// score, or to |x_i| scale_i for an encoded pair): Tol<S>::entry(d) for a d-term dot product
+// in S (rotated_pair() for one encoded pair), plus the reference's own angle rounding
+// Tol<long double>::reference_angle(|omega p|) per factor (see test_rope.cpp), plus
+// Tol<double>::exp_of(|a tau|) for the decay rate a rounded to double and its exponential.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "reference/preset_reference.hpp"
+#include "tolerances.hpp"
 
 namespace {
 
 using LD = long double;
+using peal_test::Tol;
 
 template <class S>
 peal::Vector<S> random_vector(int n, unsigned seed) {
@@ -36,7 +38,7 @@ std::vector<LD> to_ld(const peal::Vector<S>& v) {
   for (int i = 0; i < v.size(); ++i) out[std::size_t(i)] = LD(v(i));
   return out;
 }
-LD ang(LD omega, LD p) { return std::fabs(omega * p) * std::ldexp(1.0L, -62); }
+LD ang(LD omega, LD p) { return Tol<LD>::reference_angle(std::fabs(omega * p)); }
 
 // Pairwise magnitude sum_i g_i |q_i| |k_i| of interleaved pairs.
 template <class S>
@@ -48,14 +50,11 @@ LD magnitude(const peal::Vector<S>& q, const peal::Vector<S>& k, const std::vect
   return m;
 }
 
-const LD kEpsD = std::numeric_limits<double>::epsilon();
-
 // ---- xPos ---------------------------------------------------------------------------------
 
 template <class S>
 void xpos_encoded_vs_reference(int d) {
   const auto enc = peal::xpos<S>(d);
-  const LD eps = std::numeric_limits<S>::epsilon();
   const auto zeta = peal_ref::xpos_scale(d);
   const auto theta = peal_ref::xpos_inv_freq(d);
   for (double p : {0.0, 1.0, 100.0, 4095.0}) {
@@ -76,8 +75,8 @@ void xpos_encoded_vs_reference(int d) {
         const LD nx = std::hypot(LD(x(2 * i)), LD(x(2 * i + 1))) * scale;
         const LD err = std::hypot(LD(y(2 * i)) - r[std::size_t(2 * i)],
                                   LD(y(2 * i + 1)) - r[std::size_t(2 * i + 1)]);
-        REQUIRE(err <= nx * (4 * eps + ang(theta[std::size_t(i)], p) +
-                             4 * kEpsD * (1 + std::fabs(a * LD(p)))));
+        REQUIRE(err <= nx * (Tol<S>::rotated_pair() + ang(theta[std::size_t(i)], p) +
+                             Tol<double>::exp_of(std::fabs(a * LD(p)))));
       }
     }
   }
@@ -86,7 +85,6 @@ void xpos_encoded_vs_reference(int d) {
 template <class S>
 void xpos_lag_scores_vs_reference(int d) {
   const auto enc = peal::xpos<S>(d);
-  const LD eps = std::numeric_limits<S>::epsilon();
   const auto zeta = peal_ref::xpos_scale(d);
   const LD w0 = peal_ref::xpos_inv_freq(d)[0];
   const auto q = random_vector<S>(d, 1), k = random_vector<S>(d, 2);
@@ -105,7 +103,7 @@ void xpos_lag_scores_vs_reference(int d) {
       const LD got = enc.score(q, t, k, s);
       const LD a0 = std::fabs(std::log(zeta[0]) / 512);
       REQUIRE(std::fabs(got - ref) <=
-              M * (4 * d * eps + 2 * ang(w0, t) + 4 * kEpsD * (1 + a0 * LD(lag))));
+              M * (Tol<S>::entry(d) + 2 * ang(w0, t) + Tol<double>::exp_of(a0 * LD(lag))));
     }
   }
 }
@@ -117,9 +115,8 @@ void retnet_lag_scores(int d, int H, const std::vector<double>& times,
                        const std::vector<double>& lags) {
   const auto heads = peal::retnet<S>(d, H);
   const auto gamma = peal_ref::retnet_decay(H);
-  const LD eps = std::numeric_limits<S>::epsilon();
   const LD w0 = peal_ref::retnet_angles(d)[0];
-  const LD tiny = LD(std::numeric_limits<S>::min()) * 1e3L;  // well inside the normal range
+  const LD tiny = Tol<S>::underflow_zone();  // well inside the normal range
   const auto q = random_vector<S>(d, 3), k = random_vector<S>(d, 4);
   const std::vector<LD> ones(std::size_t(d / 2), 1.0L);
   const LD M1 = magnitude(q, k, ones);
@@ -136,8 +133,8 @@ void retnet_lag_scores(int d, int H, const std::vector<double>& times,
         if (decay * M1 > tiny) {
           // Accurate relative to the true score's magnitude gamma^lag sum |q_i||k_i|.
           const LD M = decay * M1;
-          REQUIRE(std::fabs(got - ref) <=
-                  M * (4 * d * eps + 2 * ang(w0, t) + 4 * kEpsD * (1 + std::fabs(a * LD(lag)))));
+          REQUIRE(std::fabs(got - ref) <= M * (Tol<S>::entry(d) + 2 * ang(w0, t) +
+                                               Tol<double>::exp_of(std::fabs(a * LD(lag)))));
         } else {
           // The true score is below S's normal range: the result underflows gracefully.
           REQUIRE(std::fabs(got) <= 2 * tiny);
@@ -158,20 +155,30 @@ TEST_CASE("xpos: parameters are torchscale's (zeta, theta, interleaved)", "[xpos
     for (int i = 0; i < d / 2; ++i) {
       CAPTURE(d, i);
       const auto b = enc.block(i);
+      // Long double formulas on both sides (roundings(4)); a rounded once to double.
       REQUIRE(std::fabs(b.omega() - theta[std::size_t(i)]) <=
-              4 * std::numeric_limits<LD>::epsilon() * theta[std::size_t(i)]);
+              Tol<LD>::roundings(4) * theta[std::size_t(i)]);
       const LD a = std::log(zeta[std::size_t(i)]) / 512;
-      REQUIRE(std::fabs(LD(b.a()) - a) <= kEpsD * std::fabs(a));
+      REQUIRE(std::fabs(LD(b.a()) - a) <= Tol<double>::roundings(1) * std::fabs(a));
       REQUIRE(b.a() < 0);  // zeta_i < 1: the score decays with distance
     }
   }
-  // zeta range quoted in docs/presets.md for d = 64: 0.2857 .. 0.9777.
-  REQUIRE(double(peal_ref::xpos_scale(64).front()) == Approx(0.2857).epsilon(1e-4));
-  REQUIRE(double(peal_ref::xpos_scale(64).back()) == Approx(0.9777).epsilon(1e-4));
-  // Non-default scale_base and theta.
+  // zeta range quoted in docs/presets.md for d = 64: 0.2857 .. 0.9777, i.e. zeta_0 = 25.6 /
+  // 89.6 = 2/7 and zeta_31 = 87.6 / 89.6 = 219/224 (the reference in long double: a few
+  // roundings of the inexact 0.4 d and 1.4 d), quoted to 4 decimals.
+  const LD z0 = peal_ref::xpos_scale(64).front(), z31 = peal_ref::xpos_scale(64).back();
+  REQUIRE(std::fabs(z0 - 2.0L / 7) <= Tol<LD>::roundings(4) * z0);
+  REQUIRE(std::fabs(z31 - 219.0L / 224) <= Tol<LD>::roundings(4) * z31);
+  REQUIRE(std::fabs(2.0L / 7 - 0.2857L) <= Tol<LD>::printed(4));
+  REQUIRE(std::fabs(219.0L / 224 - 0.9777L) <= Tol<LD>::printed(4));
+  // Non-default scale_base and theta: a = ln(5.2 / 11.2) / 256 in double (3.2 inexact, the
+  // sum, the quotient, the log: ~2.5 eps of a) against peal's long double value rounded
+  // once: roundings(4); omega = 500^(-1/4) in long double rounded once against pow in double:
+  // roundings(2).
   const auto e2 = peal::xpos<float>(8, 256.0, 500.0);
-  REQUIRE(e2.block(1).a() == Approx(std::log((2.0 + 3.2) / 11.2) / 256.0).epsilon(1e-15));
-  REQUIRE(double(e2.block(1).omega()) == Approx(std::pow(500.0, -0.25)).epsilon(1e-15));
+  const double a1 = std::log((2.0 + 3.2) / 11.2) / 256.0, w1 = std::pow(500.0, -0.25);
+  REQUIRE(std::abs(e2.block(1).a() - a1) <= Tol<double>::roundings(4) * std::abs(a1));
+  REQUIRE(std::abs(double(e2.block(1).omega()) - w1) <= Tol<double>::roundings(2) * w1);
   REQUIRE_THROWS_AS(peal::xpos<double>(7), peal::invalid_argument);
   REQUIRE_THROWS_AS(peal::xpos<double>(0), peal::invalid_argument);
   REQUIRE_THROWS_AS(peal::xpos<double>(64, 0.0), peal::invalid_argument);
@@ -218,9 +225,10 @@ TEST_CASE("retnet: decays and angles are torchscale's", "[retnet]") {
     const auto ref = peal_ref::retnet_angles(d);
     REQUIRE(w.size() == ref.size());
     for (std::size_t i = 0; i < w.size(); ++i)
-      REQUIRE(std::fabs(w[i] - ref[i]) <= 4 * std::numeric_limits<LD>::epsilon() * ref[i]);
+      REQUIRE(std::fabs(w[i] - ref[i]) <= Tol<LD>::roundings(4) * ref[i]);
     REQUIRE(w.front() == 1.0L);
-    if (d > 2) REQUIRE(double(w.back()) == Approx(1e-4).epsilon(1e-15));  // linspace ends at 1
+    // linspace ends at 1: 10^-4 in long double, rounded once, against the literal 1e-4.
+    if (d > 2) REQUIRE(std::abs(double(w.back()) - 1e-4) <= Tol<double>::roundings(2) * 1e-4);
   }
   const auto heads = peal::retnet<float>(64, 4);
   REQUIRE(heads.size() == 4);
@@ -232,7 +240,7 @@ TEST_CASE("retnet: decays and angles are torchscale's", "[retnet]") {
     const LD a = std::log(peal_ref::retnet_decay(4)[std::size_t(h)]);
     for (int i = 0; i < 32; ++i) {
       REQUIRE(b.block(i).omega() == w[std::size_t(i)]);
-      REQUIRE(std::fabs(LD(b.block(i).a()) - a) <= kEpsD * std::fabs(a));
+      REQUIRE(std::fabs(LD(b.block(i).a()) - a) <= Tol<double>::roundings(1) * std::fabs(a));
     }
   }
   const auto rot = peal::retnet_rotation<double>(64);
@@ -252,7 +260,6 @@ TEST_CASE("retnet: encoded vectors at small positions match the reference", "[re
   const auto check = [&](auto tag, double p) {
     using S = decltype(tag);
     const auto heads = peal::retnet<S>(d, H);
-    const LD eps = std::numeric_limits<S>::epsilon();
     for (int h = 0; h < H; ++h)
       for (int which = 0; which < 2; ++which) {
         const bool query = which == 0;
@@ -271,8 +278,8 @@ TEST_CASE("retnet: encoded vectors at small positions match the reference", "[re
           const LD nx = std::hypot(LD(x(2 * i)), LD(x(2 * i + 1))) * g;
           const LD err = std::hypot(LD(y(2 * i)) - g * r[std::size_t(2 * i)],
                                     LD(y(2 * i + 1)) - g * r[std::size_t(2 * i + 1)]);
-          REQUIRE(err <= nx * (4 * eps + ang(rope.inv_freq[std::size_t(i)], p) +
-                               4 * kEpsD * (1 + std::fabs(a * LD(p)))));
+          REQUIRE(err <= nx * (Tol<S>::rotated_pair() + ang(rope.inv_freq[std::size_t(i)], p) +
+                               Tol<double>::exp_of(std::fabs(a * LD(p)))));
         }
       }
   };
@@ -305,8 +312,7 @@ TEST_CASE("retnet: global F(t), G(s) leave float range; the score through the la
     const LD ref = peal_ref::retnet_score(to_ld(q), t, to_ld(k), s, peal_ref::retnet_decay(1)[0]);
     const LD M = std::pow(peal_ref::retnet_decay(1)[0], 10.0L) *
                  magnitude(q, k, std::vector<LD>(std::size_t(d / 2), 1.0L));
-    REQUIRE(std::fabs(LD(head.score(q, t, k, s)) - ref) <=
-            M * 4 * d * std::numeric_limits<float>::epsilon());
+    REQUIRE(std::fabs(LD(head.score(q, t, k, s)) - ref) <= M * Tol<float>::entry(d));
   }
 }
 
@@ -392,8 +398,8 @@ struct RetnetReference {
 double check_retnet_scores(const RetnetBatch& b, const RetnetReference& r,
                            const std::vector<float>& out) {
   const LD w0 = peal_ref::retnet_angles(b.d)[0];
-  const LD eps = std::numeric_limits<float>::epsilon();
-  const LD tiny = LD(std::numeric_limits<float>::min()) * 1e3L;
+  const LD eps = Tol<float>::eps;
+  const LD tiny = Tol<float>::underflow_zone();
   double worst = 0;
   long bad_mask = 0, bad_finite = 0, bad_tiny = 0, bad_err = 0;
   for (int h = 0; h < b.H; ++h)
@@ -416,7 +422,7 @@ double check_retnet_scores(const RetnetBatch& b, const RetnetReference& r,
           continue;
         }
         const LD err = std::fabs(LD(got) - r.ref[o]);
-        bad_err += err > M * (4 * b.d * eps + 2 * ang(w0, t));
+        bad_err += err > M * (Tol<float>::entry(b.d) + 2 * ang(w0, t));
         worst = std::max(worst, double(err / (M * eps * b.d)));
       }
   REQUIRE(bad_mask == 0);    // causal: -inf above the diagonal

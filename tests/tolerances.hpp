@@ -1,16 +1,104 @@
-// Tolerances of the test suite, in one place (STYLE.md). Every bound is relative to the
-// size of the quantity compared and is derived from the rounding model
-// fl(a op b) = (a op b)(1 + d), |d| <= eps, first order in eps:
-//   entry(n)  = 4 n eps_S     rounding of each closed-form entry (computed in real_t<S>,
-//                             rounded once to S) and of an n-term dot product (Higham's
-//                             gamma_n = n eps), with a factor 4 of slack for the two
-//                             operands and the subtraction in the comparison;
-//   phase(x)  = 4 x eps_R     a time rounded to real_t<S> (eps_R) moves A(tau) by
-//                             |X| |d tau| relative, x = |X| * |tau| (for long double this
-//                             also covers the rounding of omega*tau before sinl/cosl);
-//   expm(x)   = 16 x eps_L    forward error of Eigen's scaling-and-squaring matrix
-//                             exponential in long double, which grows like |tau X| eps
-//                             (Higham 2005, each squaring doubles the relative error).
+// Tolerances of the test suite, in one place (the project style: each bound named, scaled
+// by the size of the quantity compared, and derived here). Every test takes its bounds
+// from Tol<S>, S the scalar type whose rounding the bound is about (the storage type of a
+// kernel's result, its arithmetic type, or the algebra's scalar: float, double, long double,
+// Eigen::half, Eigen::bfloat16). Rounding model: fl(a op b) = (a op b)(1 + d), |d| <= u =
+// eps / 2 for the correctly rounded operations, to first order in eps; libm functions are
+// taken as faithfully rounded (<= 1 ulp). eps is the spacing at 1 (2^-23 float, 2^-52
+// double, 2^-63 x87 long double, 2^-10 half, 2^-7 bfloat16); eps_real that of the position
+// type real_t<S> (double, or long double for long double); eps_long that of long double.
+//
+// The algebra (closed forms, products, the property suite of property_suite.hpp):
+//   entry(n)        = 4 n eps        rounding of each closed-form entry (computed in
+//                                    real_t<S>, rounded once to S) and of an n-term dot
+//                                    product (Higham's gamma_n = n u), with a factor 4 of
+//                                    slack for the two operands and the subtraction in the
+//                                    comparison;
+//   phase(x)        = 4 x eps_real   a time rounded to real_t<S> (eps_real / 2) moves A(tau) by
+//                                    |X| |d tau| relative, x = |X| |tau| (for long double this
+//                                    also covers the rounding of omega tau before sinl/cosl);
+//   expm(x)         = 16 (1 + x) eps_long  forward error of Eigen's scaling-and-squaring
+//                                    exponential in long double, which grows like |tau X| eps
+//                                    (Higham 2005, each squaring doubles the relative error;
+//                                    the 1: the Pade step and rounding at small x);
+//   encoded_dot(n)  = 2 entry(n) + 4 n eps_long  q~ . k~ with q~ = F(t) q, k~ = G(s) k each
+//                                    encoded in S (entry(n) per entry, relative to |F||q|
+//                                    and |G||k| componentwise) and summed in long double;
+//   range_exponent()= ln(max_S) / 4  F(t) and G(s) whose entries stay within
+//                                    [max^(-1/4), max^(1/4)]: products of two such factors
+//                                    and of unit vectors neither overflow nor underflow;
+//   roundings(k)    = k eps          a value reached by k correctly rounded operations (or
+//                                    faithfully rounded libm calls counted as two), first
+//                                    order k u, with a factor 2 of slack;
+//   printed(k)      = 0.5 10^-k      a constant quoted in the docs with k decimals (half a
+//                                    unit in the last printed place);
+//   jordan_coefficient(x, j, tau) = (2 (x + j ln(|tau| + 1) + j + 2) + 8) eps
+//                                    e^{lambda tau} tau^j / j! (exp_poly.hpp), x = |lambda tau|:
+//                                    the rounding of lambda tau moves the exponential by x
+//                                    ulp (the problem's own conditioning), plus j roundings
+//                                    of the recurrence, or j ln|tau| + ln j! ulp in the log
+//                                    form, plus 2: twice that, plus 8 ulp;
+//   subnormal(rel)  = 2 min_S rel + denorm_min_S  a relative bound rel carried below the
+//                                    normal range, where the spacing is fixed;
+//   lag_rounding(t, s) = ulp(t) + ulp(s)  two times rounded to the nearest real_t<S> move
+//                                    t - s by half an ulp of each, doubled (times |omega|
+//                                    gives the phase error of a pure rotation's score);
+//   matrix_chain(N, n) = 2 N (n + 2) eps  a product of N n x n matrices against the exact
+//                                    one, componentwise: each factor adds gamma_n and the
+//                                    rounding of its entries, |fl(prod) - prod| <= N (n + 2) u
+//                                    prod |A_i| to first order (linear in N), times 4;
+//   diff_step(x), diff_tol(...)      the derivative at 0 by a central difference (below).
+//
+// Presets against the long double reference (tests/reference/preset_reference.hpp):
+//   rotated_pair()  = 4 eps          one pair rotated in S from double sin/cos rounded once
+//                                    to S: (2 sqrt2 + 1) u |x| ~ 1.9 eps |x|, plus u for the
+//                                    attention factor (scale_rotary), about 2x slack;
+//   reference_angle(x) = 2 x eps_long the reference rounds omega p (x = |omega p|) to long
+//                                    double before cosl/sinl: u_long x, times 4 (a few
+//                                    long double ulps of omega as well);
+//   exp_of(x)       = 4 (1 + x) eps_real  e^{a tau}, x = |a tau|, with a rounded to real_t<S>
+//                                    (x u of the exponent) and a faithfully rounded exp (1 ulp),
+//                                    times 2;
+//   underflow_zone()= 1e3 min_S      scores within three decades of the normal range, where
+//                                    intermediate factors may be subnormal: there a result is
+//                                    only required to come out near 0 (< 2 underflow_zone()).
+//
+// Batch kernels (test_encode.cpp, test_scores.cpp), per element of a result; eps_A / eps_C
+// the epsilon of the arithmetic type (float for float/half/bfloat16 storage, double when
+// either side stores double: detail::arith_t), eps_T that of the storage type:
+//   kernel_entry(k) = 8 k eps_A      y_j = sum_k M_jk x_k over the k non-zeros of row j of
+//                                    M = F(t) or G(s): the forward error of a k-term dot
+//                                    product, |fl(m.x) - m.x| <= gamma_k |m| |x| (Higham,
+//                                    Thm 3.5), plus one rounding of each coefficient to the
+//                                    arithmetic type (they come from double sin/cos/exp
+//                                    accurate to a few double ulps), with a factor 8 of slack
+//                                    (the reference carries double rounding too, and
+//                                    vectorized and scalar loops may contract differently);
+//                                    relative to (|M| |x|)_j;
+//   stored()        = eps_T          the final rounding to storage, <= eps_T / 2 relative
+//                                    (round to nearest), with a factor 2; relative to |y|;
+//   underflow()     = denorm_min_T   results in the subnormal range of T (absolute);
+//   fused_score(d)  = 2 (d + 16) eps_C  one score of the fused kernel: a d-term dot product
+//                                    of encoded rows whose entries carry a few roundings each
+//                                    (coefficients, relative table, cross factor, row scale):
+//                                    (d + ~8) eps_C |q| ||A(tau)|| |k| for block-diagonal
+//                                    rotation/scale encodings (docs/kernels-scores.md,
+//                                    "Accuracy"), times 2; relative to rho M_ij;
+//   alibi_bias(x)   = 4 x eps_T      the bias -m tau formed as -m (t - T) - m (T - s) around
+//                                    a tile anchor: two roundings in the output type T of
+//                                    terms at most x = |m| (|tau| + width), times 2;
+//   flushed()       = 64 min_C       scores whose rebased factors pass through the subnormal
+//                                    range: each of up to 64 terms of unit-scale vectors may
+//                                    lose up to min_C there (fixed spacing) or flush to 0;
+//                                    absolute, relative to |q| |k|;
+//   shift_steps(N)  = 3 N eps_A      N shift_keys by the same rounded rotation (c~, s~):
+//                                    |c~^2 + s~^2 - 1| <= 2 eps_A plus one rounding of the
+//                                    rotated pair per step, errors that add up linearly
+//                                    (systematic, not random); relative to the pair's norm;
+//   exp_ulps()      = 4              detail::encode_kernels::exp_kernel against std::exp
+//                                    (docs/numerics.md, "Growth factors"): Taylor truncation
+//                                    < 2^-57, reduction exact, the polynomial ~1 ulp, std::exp
+//                                    itself faithful (1 ulp), doubled.
 #pragma once
 
 #include <cmath>
@@ -20,23 +108,107 @@
 
 namespace peal_test {
 
+/// Epsilon and range of a scalar or storage type, and its position type. Spelled out for
+/// the storage-only types: Eigen's epsilon() for half is 2^-13, not the spacing 2^-10 at 1.
+template <class S>
+struct type_facts {
+  using real = peal::real_t<S>;
+  static constexpr long double eps = std::numeric_limits<S>::epsilon();
+  static constexpr long double min = std::numeric_limits<S>::min();
+  static constexpr long double denorm_min = std::numeric_limits<S>::denorm_min();
+  static constexpr long double max = std::numeric_limits<S>::max();
+};
+template <>
+struct type_facts<Eigen::half> {
+  using real = double;
+  static constexpr long double eps = 0x1p-10L, min = 0x1p-14L, denorm_min = 0x1p-24L,
+                               max = 65504.0L;
+};
+template <>
+struct type_facts<Eigen::bfloat16> {
+  using real = double;
+  static constexpr long double eps = 0x1p-7L, min = 0x1p-126L, denorm_min = 0x1p-133L,
+                               max = 0x1.fep127L;
+};
+
 template <class S>
 struct Tol {
-  using R = peal::real_t<S>;
-  static constexpr long double eps = std::numeric_limits<S>::epsilon();
+  using R = typename type_facts<S>::real;
+  static constexpr long double eps = type_facts<S>::eps;
   static constexpr long double eps_real = std::numeric_limits<R>::epsilon();
   static constexpr long double eps_long = std::numeric_limits<long double>::epsilon();
 
   static long double entry(int n) { return 4.0L * n * eps; }
   static long double phase(long double x) { return 4.0L * x * eps_real; }
   static long double expm(long double x) { return 16.0L * (1.0L + x) * eps_long; }
-  // Step of the central difference (A(h) - A(-h)) / 2h: truncation h^2 |X|^3 / 6 balances
-  // rounding eps / h at h ~ eps^(1/3) / |X|.
-  static long double diff_step(long double xnorm) { return std::cbrt(eps) / (1.0L + xnorm); }
-  static long double diff_tol(long double xnorm, int n) {
-    const long double h = diff_step(xnorm);
-    return h * h * std::pow(xnorm, 3) / 3.0L + entry(n) * (1.0L + xnorm) / h;
+
+  static long double encoded_dot(int n) { return 2 * entry(n) + 4.0L * n * eps_long; }
+  static long double range_exponent() { return std::log(type_facts<S>::max) / 4; }
+  static long double roundings(int k) { return k * eps; }
+  static long double printed(int decimals) { return 0.5L * std::pow(10.0L, -decimals); }
+  static long double matrix_chain(int N, int n) { return 2.0L * N * (n + 2) * eps; }
+  static long double jordan_coefficient(long double lambda_tau, int j, long double tau) {
+    const long double growth = lambda_tau + j * std::log(std::abs(tau) + 1) + j + 2;
+    return (2 * growth + 8) * eps;
   }
+  static long double subnormal(long double rel) {
+    return 2 * type_facts<S>::min * rel + type_facts<S>::denorm_min;
+  }
+  static long double lag_rounding(long double t, long double s) {
+    const auto ulp = [](long double x) {
+      const R r = R(std::abs(x));
+      return static_cast<long double>(std::nextafter(r, std::numeric_limits<R>::infinity()) - r);
+    };
+    return ulp(t) + ulp(s);
+  }
+
+  static long double rotated_pair() { return 4 * eps; }
+  static long double reference_angle(long double x) { return 2 * x * eps_long; }
+  static long double exp_of(long double x) { return 4.0L * (1.0L + x) * eps_real; }
+  static long double underflow_zone() { return 1e3L * type_facts<S>::min; }
+
+  static long double kernel_entry(int k) { return 8.0L * k * eps; }
+  static long double stored() { return eps; }
+  static long double underflow() { return type_facts<S>::denorm_min; }
+  static long double fused_score(long d) { return 2.0L * (d + 16) * eps; }
+  static long double alibi_bias(long double x) { return 4 * x * eps; }
+  static long double flushed() { return 64.0L * type_facts<S>::min; }
+  static long double shift_steps(int N) { return 3.0L * N * eps; }
+  static constexpr int exp_ulps() { return 4; }
+
+  // Derivative at 0 by the central difference D = (A(h) - A(-h)) / 2h. Step: truncation
+  // h^2 |X|^3 / 6 balances rounding eps / h at h ~ eps^(1/3) / |X|. Error of D against X:
+  // truncation h^2 |X|^3 / 3 (the /6 of the Taylor remainder doubled for e^{h|X|} <= 2 of
+  // the third derivative), plus the rounding of A(+-h) (entry(n) |A(+-h)| each, and the
+  // phase of the rounded h) divided by 2h.
+  static long double diff_step(long double xnorm) { return std::cbrt(eps) / (1.0L + xnorm); }
+  static long double diff_tol(long double h, long double xnorm, int n, long double norm_plus,
+                              long double norm_minus) {
+    return h * h * std::pow(xnorm, 3) / 3.0L +
+           (entry(n) * (norm_plus + norm_minus) + phase(xnorm * h) * 2 * norm_plus) / (2.0L * h);
+  }
+};
+
+/// Absolute tolerances of the angle reduction (include/peal/detail/angle.hpp) and of sin/cos
+/// of reduced angles (include/peal/detail/sincos.hpp), in radians (tests/test_angle.cpp).
+struct AngleTol {
+  // reduced_angle: <= ulp(r)/2 + 2^-57 for |w t| <= 2^64, |r| < 4 so ulp(r)/2 <= 2^-52
+  // (angle.hpp). Beyond 2^64 the turns path adds <= |w t| 2^-151; the tolerance doubles that.
+  static constexpr double reduced = 0x1p-52 + 0x1p-56;  // 2.4e-16
+  static double reduced_at(double abs_phase) { return reduced + abs_phase * 0x1p-150; }
+  // sincos_reduced: <= 2^-54 from the last addition + <= 2^-56 from the rest (sincos.hpp);
+  // 1.2e-16 ~ 1.7 x that bound.
+  static constexpr double sincos = 1.2e-16;
+  // sin/cos of a phase = angle error (sin, cos are 1-Lipschitz) + sincos_reduced error.
+  static double phase_sincos(double abs_phase) { return reduced_at(abs_phase) + sincos; }
+  // A table's sin/cos rounded to double: <= 2^-54 more.
+  static constexpr double table_rounding = 0x1p-54;
+  // Float outputs are rounded once from double: <= 2^-25 for values in [-1, 1], plus the
+  // double result's own error.
+  static constexpr double to_float = 0x1p-25 + 4e-16;
+  // Long double reduction: <= ulp(r)/2 + 2^-64 <= 1.5 eps for |r| < 4 (eps = 2^-63 on x87);
+  // a table's r is itself rounded to long double (<= eps more); 4 eps leaves 1.5 eps of slack.
+  static constexpr long double reduced_long = 4 * std::numeric_limits<long double>::epsilon();
 };
 
 }  // namespace peal_test
