@@ -10,7 +10,8 @@
 # saved as build-fuzz/artifacts/crash-* (add it to the seed corpus once fixed: it is then a
 # regression test, replayed by the ctest fuzz_corpus_replay). Exits non-zero on a crash,
 # a leak, a sanitizer report, a timeout (-timeout=10 s per input) or an allocation past
-# -rss_limit_mb=2048. Exits 0 with a message when clang++ or libFuzzer is missing.
+# -rss_limit_mb=2048. Exits 0 with a message when clang++ or libFuzzer is missing (1 when
+# CI=true).
 #
 # Environment: PEAL_FUZZ_SECONDS, PEAL_FUZZ_CXX (default clang++), PEAL_FUZZ_BUILD_DIR
 # (default build-fuzz), EIGEN3_INCLUDE_DIR (default /usr/include/eigen3),
@@ -25,8 +26,9 @@ seconds="${PEAL_FUZZ_SECONDS:-60}"
 eigen="${EIGEN3_INCLUDE_DIR:-/usr/include/eigen3}"
 nlohmann="${NLOHMANN_INCLUDE_DIR:-/usr/include}"
 
-skip() {
+skip() {  # in CI (CI=true, where .ci/run has installed clang) a missing tool is a failure
   echo "fuzz.sh: $1; skipping the fuzz run"
+  [[ "${CI:-}" == true ]] && exit 1
   exit 0
 }
 command -v "$cxx" > /dev/null 2>&1 || skip "$cxx not found"

@@ -6,7 +6,7 @@
 #   2. with OpenMP (clang's libomp) when LLVM's libarcher is installed: Archer tells TSan
 #      about OpenMP's barriers and locks, and ignore_noninstrumented_modules=1 silences the
 #      uninstrumented runtime itself (without both, libomp's internals report false races).
-# Skips with a message (exit 0) when clang++ is absent. CXX_TSAN overrides the compiler,
+# Skips with a message (exit 0; 1 when CI=true) when clang++ is absent. CXX_TSAN overrides the compiler,
 # EIGEN3_INCLUDE_DIR the Eigen headers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 CXX="${CXX_TSAN:-clang++}"
 if ! command -v "$CXX" >/dev/null 2>&1; then
   echo "tsan.sh: $CXX not found; skipping the ThreadSanitizer test"
+  [[ "${CI:-}" == true ]] && exit 1  # in CI, .ci/run has installed clang: missing is a failure
   exit 0
 fi
 EIGEN="${EIGEN3_INCLUDE_DIR:-$(pkg-config --variable=includedir eigen3 2>/dev/null || true)}"
