@@ -657,3 +657,36 @@ static_assert(std::is_same<ek::kernel_t<float, RopeD>, ek::kernel_t<float, RopeD
 static_assert(!std::is_same<ek::kernel_t<float, RopeD>, ek::DenseKernel<float, RopeD>>::value,
               "RopeEncoding must not take the dense fallback");
 }  // namespace
+
+TEST_CASE("encode: RoPE at positions up to DBL_MAX (exact angle reduction)", "[encode][angle]") {
+  // The phase ω t is reduced exactly for every finite t (detail/angle_exact.hpp). Pair 0 of a
+  // RoPE has ω = θ^0 = 1, so its rotation is (cos t, sin t), here against mpmath (200 digits);
+  // the other pairs against the per-token API. Before, without FMA these positions gave NaN
+  // (Dekker's split overflows) and with FMA wrong angles (0 rad at t = 1e100).
+  struct Known {
+    double t, sin_t, cos_t;
+  };
+  const Known known[] = {{1e100, -0.38063773100502866607, 0.92472423875193378588},
+                         {1e308, 0.45339649050164911655, -0.89130893768703340790},
+                         {-DBL_MAX, -0.0049619547891840617905, -0.99998768942655993746}};
+  peal::RopeConfig cfg;
+  cfg.head_dim = 8;  // HalfSplit: pair i is (i, i + 4), ω_i = 1e4^(-i/4)
+  const auto rope = peal::rope<double>(cfg, 0);
+  for (const Known& k : known) {
+    CAPTURE(k.t);
+    for (int seq = 0; seq < 2; ++seq) {
+      std::vector<double> q = {1, 0.5, -0.25, 2, 0, 1.5, 0.75, -1}, ref(q);
+      const std::vector<double> span = {k.t};
+      const Positions pos = seq ? Positions::sequence(k.t, 1.0) : Positions(span);
+      peal::encode_queries(rope, TensorView<double>(q.data(), 1, 1, 8), pos);
+      rope.encode_query(ref, k.t);
+      for (int j = 0; j < 8; ++j) {
+        CHECK(std::isfinite(q[std::size_t(j)]));
+        CHECK(std::fabs(q[std::size_t(j)] - ref[std::size_t(j)]) <= 8 * DBL_EPSILON);
+      }
+      // F(t) q on pair 0: (c x0 - s x1, s x0 + c x1) with (x0, x1) = (1, 0).
+      CHECK(std::fabs(q[0] - k.cos_t) <= 4 * DBL_EPSILON);
+      CHECK(std::fabs(q[4] - k.sin_t) <= 4 * DBL_EPSILON);
+    }
+  }
+}

@@ -1059,3 +1059,47 @@ static_assert(std::is_same<skd::coder_t<float, peal::RopeEncoding<double>>,
                            skd::coder_t<float, peal::RopeEncoding<double>::encoding_type>>::value,
               "RopeEncoding must use its BlockDiagonal's coder");
 }  // namespace
+
+TEST_CASE("scores: RoPE at positions near DBL_MAX agrees with the per-pair reference",
+          "[scores][angle]") {
+  // Pure rotations use anchor 0, so the kernel forms R(ω t) and R(ω s) at absolute positions
+  // up to 1e308; the reference forms R(ω (t − s)). Both reduce exactly (detail/angle_exact.hpp).
+  // Pair 0 of the RoPE (coordinates 0 and 4, HalfSplit) has ω = 1: A(τ)_{0,0} = cos τ and
+  // A(τ)_{0,4} = sin τ, here against mpmath. Before, without FMA the kernel gave NaN; with FMA
+  // every huge angle came out near 0 rad, in the kernel and the reference alike.
+  peal::RopeConfig cfg;
+  cfg.head_dim = 8;
+  const auto rope = peal::rope<double>(cfg, 0);
+  struct Lag {
+    double t, s, cos_tau, sin_tau;  // τ = fl(t − s)
+  };
+  const Lag lags[] = {
+      {1e300, -1e300, -0.337861644332749667903, 0.941195786905556948272},
+      {-DBL_MAX / 2, DBL_MAX / 2, -0.999987689426559937465, -0.0049619547891840617905},
+      {1e100, 1e100 - 1e85, 0.214878485736553761895, -0.976640791881828813418},
+      {1e308, 1e308, 1.0, 0.0}};
+  auto run = [&](const std::vector<double>& q, const std::vector<double>& k, double t, double s) {
+    std::vector<double> out(1, 0.0), want(1, 0.0);
+    const std::vector<double> tq = {t}, tk = {s};
+    peal::scores(rope, TensorView<const double>(q.data(), 1, 1, 8), Positions(tq),
+                 TensorView<const double>(k.data(), 1, 1, 8), Positions(tk),
+                 TensorView<double>(out.data(), 1, 1, 1));
+    peal::scores_reference(rope, TensorView<const double>(q.data(), 1, 1, 8), Positions(tq),
+                           TensorView<const double>(k.data(), 1, 1, 8), Positions(tk),
+                           TensorView<double>(want.data(), 1, 1, 1));
+    return std::make_pair(out[0], want[0]);
+  };
+  const std::vector<double> e0 = {1, 0, 0, 0, 0, 0, 0, 0}, e4 = {0, 0, 0, 0, 1, 0, 0, 0};
+  const std::vector<double> q = {1, 0.5, -0.25, 2, 0, 1.5, 0.75, -1},
+                            k = {0.5, -1, 2, 0.25, 1, 0, -0.5, 1.5};
+  for (const Lag& l : lags) {
+    CAPTURE(l.t, l.s);
+    auto c = run(e0, e0, l.t, l.s), sn = run(e0, e4, l.t, l.s), g = run(q, k, l.t, l.s);
+    CHECK(std::fabs(c.first - l.cos_tau) <= 8 * DBL_EPSILON);
+    CHECK(std::fabs(c.second - l.cos_tau) <= 8 * DBL_EPSILON);
+    CHECK(std::fabs(sn.first - l.sin_tau) <= 8 * DBL_EPSILON);
+    CHECK(std::fabs(sn.second - l.sin_tau) <= 8 * DBL_EPSILON);
+    CHECK(std::isfinite(g.first));
+    CHECK(std::fabs(g.first - g.second) <= 64 * DBL_EPSILON * 16);  // |q| |k| ≤ 16
+  }
+}
