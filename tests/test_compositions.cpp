@@ -2,6 +2,10 @@
 // what the generic suite checks.
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <limits>
 #include <peal/peal.hpp>
 #include <vector>
 
@@ -77,4 +81,59 @@ TEST_CASE("BasisChange: F_P(t) = A_J(t)^T P^T, G_P(s) = A_J(-s) P^{-1}") {
   e.encode_key(ke, s);
   CHECK(qe.dot(ke) == Approx(q.dot(e.A(t - s) * k)).epsilon(1e-13));
   CHECK(e.score(q, t, k, s) == Approx(q.dot(e.A(t - s) * k)).epsilon(1e-13));
+}
+
+// ---- Non-finite times and lags are rejected by every per-token entry point ----------------
+namespace {
+
+template <class E>
+void check_rejects_non_finite(const E& enc) {
+  using S = typename E::Scalar;
+  using V = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+  const V q = V::Ones(enc.dim()), k = V::Constant(enc.dim(), S(0.5));
+  // t - s overflows although t and s are finite: the reference score would be NaN.
+  CHECK_THROWS_AS(enc.score(q, 1e308, k, -1e308), peal::invalid_argument);
+  CHECK_THROWS_WITH(enc.score(q, -1e308, k, 1e308), Catch::Contains("t - s"));
+  CHECK(std::isfinite(double(enc.score(q, 1e308, k, 1e308))));  // the other side: lag 0
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (double bad : {inf, -inf, nan}) {
+    CAPTURE(bad);
+    V x = q;
+    CHECK_THROWS_AS(enc.A(bad), peal::invalid_argument);
+    CHECK_THROWS_AS(enc.F(bad), peal::invalid_argument);
+    CHECK_THROWS_AS(enc.G(bad), peal::invalid_argument);
+    CHECK_THROWS_AS(enc.encode_query(x, bad), peal::invalid_argument);
+    CHECK_THROWS_AS(enc.encode_key(x, bad), peal::invalid_argument);
+    CHECK_THROWS_AS(enc.score(q, bad, k, 0.0), peal::invalid_argument);
+    CHECK_THROWS_AS(enc.score(q, 0.0, k, bad), peal::invalid_argument);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("score rejects a lag t - s that overflows; every entry point rejects non-finite times") {
+  check_rejects_non_finite(peal::RealBlock<double>(0.5));
+  check_rejects_non_finite(peal::RotationBlock<double>(1.0, -0.1));
+  check_rejects_non_finite(peal::RotationBlock<float>(0.3));
+  check_rejects_non_finite(peal::JordanBlock<3, double>(0.2));
+  check_rejects_non_finite(peal::RotationJordanBlock<2, double>(0.3, 0.1));
+  check_rejects_non_finite(peal::PassThrough<double>(3));
+  check_rejects_non_finite(peal::Bank<peal::RotationBlock<double>>(
+      {peal::RotationBlock<double>(1.0), peal::RotationBlock<double>(0.1, -0.2)}));
+  const auto comp = peal::compose(peal::RotationBlock<double>(0.7, -0.1),
+                                  peal::JordanBlock<2, double>(0), peal::PassThrough<double>(1));
+  check_rejects_non_finite(comp);
+  Eigen::Matrix4d P;
+  P << 1, 0.2, 0, 0.1, 0, 1, 0.3, 0, 0.1, 0, 1, 0.2, 0, 0.4, 0, 1;
+  check_rejects_non_finite(peal::change_basis(
+      peal::compose(peal::RotationBlock<double>(0.7, -0.1), peal::JordanBlock<2, double>(0)), P));
+  // long double positions: the same lag is finite (2e308 < LDBL_MAX), so it is accepted.
+  if (std::numeric_limits<long double>::max_exponent > 1024) {
+    const peal::RotationBlock<long double> r(1.0L);
+    const Eigen::Matrix<long double, 2, 1> q(1, 0), k(0, 1);
+    const long double s = r.score(q, 1e308L, k, -1e308L);
+    CHECK(std::isfinite(s));
+    // q^T A(2e308) k = sin(2e308) for A = R(-ωτ) = [[cos, sin], [-sin, cos]].
+    CHECK(std::fabs(s - std::sin(2e308L)) <= 1e-15L);
+  }
 }

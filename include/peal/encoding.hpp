@@ -32,7 +32,10 @@ class Encoding {
   using Real = real_t<S>;  // type of parameters and positions
 
   /// F(t) = A(t)^T: the query factor.
-  auto F(Real t) const { return typename Derived::MatrixType(derived().A(t).transpose()); }
+  auto F(Real t) const {
+    detail::require_finite(t, "F", "t");
+    return typename Derived::MatrixType(derived().A(t).transpose());
+  }
   /// G(s) = A(-s): the key factor.
   auto G(Real s) const {
     detail::require_finite(s, "G", "s");
@@ -58,7 +61,8 @@ class Encoding {
   }
 
   /// Reference score q^T A(t - s) k, evaluated through the lag t - s (never through
-  /// F(t) and G(s) separately, which overflow for growth/decay at large |t|).
+  /// F(t) and G(s) separately, which overflow for growth/decay at large |t|). The lag must
+  /// be finite (t = 1e308, s = -1e308 are not: invalid_argument).
   template <class VQ, class VK>
   Scalar score(const VQ& q, Real t, const VK& k, Real s) const {
     const auto& qm = detail::as_eigen(q);
@@ -67,8 +71,10 @@ class Encoding {
     detail::require_size(km.size(), derived().dim(), "score (key)");
     detail::require_finite(t, "score", "t");
     detail::require_finite(s, "score", "s");
+    const Real tau = t - s;
+    detail::require_finite(tau, "score", "t - s");
     Vector<S> kk = km.template cast<S>();
-    derived().apply(kk, t - s, /*transpose=*/false);
+    derived().apply(kk, tau, /*transpose=*/false);
     return qm.template cast<S>().dot(kk);
   }
 
