@@ -53,8 +53,9 @@ template <class... Parts>
 struct any_poly_part : std::integral_constant<bool, (false || ... || is_poly_part<Parts>::value)> {
 };
 
-/// Coder (see scores.hpp) of a part evaluated per pair: its coordinates of the GEMM operands
-/// are zero. Its growth rate enters the tile plan through PolyEpilogue::rate().
+/// Coder (the interface of detail/scores_coders.hpp) of a part evaluated per pair: its
+/// coordinates of the GEMM operands are zero. Its growth rate enters the tile plan through
+/// PolyEpilogue::rate().
 template <class C>
 class ZeroCoder {
  public:
