@@ -1103,3 +1103,59 @@ TEST_CASE("scores: RoPE at positions near DBL_MAX agrees with the per-pair refer
     CHECK(std::fabs(g.first - g.second) <= 64 * DBL_EPSILON * 16);  // |q| |k| ≤ 16
   }
 }
+
+TEST_CASE("scores: results past the range are ±inf or exact, never NaN", "[scores]") {
+  // q^T A(t − s) k with e^{λ (t − s)} beyond the double range: +inf or −inf by the sign of the
+  // exact score, 0 where the exact score is 0, finite where it is representable; the same
+  // from scores_reference. Paths: the per-pair polynomial parts (JordanBlock<M ≥ 2> in a
+  // composition), the GEMM with a growing cross factor (real and rotation banks), and a
+  // scalar decay towards future keys (γ^(t − s) with t < s).
+  const double inf = std::numeric_limits<double>::infinity();
+  auto run = [](const auto& enc, std::vector<double> q, double t, std::vector<double> k, double s,
+                const ScoreOptions& opt = {}) {
+    const Index d = Index(q.size());
+    std::vector<double> out(1, 7.0), want(1, 7.0);
+    const std::vector<double> tq = {t}, tk = {s};
+    peal::scores(enc, TensorView<const double>(q.data(), 1, 1, d), Positions(tq),
+                 TensorView<const double>(k.data(), 1, 1, d), Positions(tk),
+                 TensorView<double>(out.data(), 1, 1, 1), opt);
+    peal::scores_reference(enc, TensorView<const double>(q.data(), 1, 1, d), Positions(tq),
+                           TensorView<const double>(k.data(), 1, 1, d), Positions(tk),
+                           TensorView<double>(want.data(), 1, 1, 1), opt);
+    return std::make_pair(out[0], want[0]);
+  };
+  auto check = [](std::pair<double, double> got, double exact) {
+    CAPTURE(got.first, got.second, exact);
+    for (double v : {got.first, got.second}) {
+      if (std::isinf(exact) || exact == 0)
+        CHECK(v == exact);
+      else
+        CHECK(std::fabs(v - exact) <= 1e-12 * std::fabs(exact));
+    }
+  };
+  // Polynomial part: A(10) = e^{1000} [[1, 10], [0, 1]] on the Jordan coordinates.
+  const auto jp = peal::compose(peal::JordanBlock<2, double>(100), peal::PassThrough<double>(2));
+  check(run(jp, {1, 0, 0, 0}, 10, {1, 0, 0, 0}, 0), inf);
+  check(run(jp, {-1, 0, 0, 0}, 10, {1, 0, 0, 0}, 0), -inf);
+  check(run(jp, {1, 0, 0, 0}, 10, {0, 1, 0, 0}, 0), inf);
+  check(run(jp, {0, 1, 0, 0}, 10, {1, 0, 0, 0}, 0), 0);   // A(10)_{1,0} = 0
+  check(run(jp, {0, 1, 1, 0}, 10, {1, 0, 2, 0}, 0), 2);   // only the pass-through share
+  check(run(jp, {1, 0, 1, 0}, -10, {1, 0, 2, 0}, 0), 2);  // e^{-1000} underflows to 0
+  const auto jf = peal::compose(peal::JordanBlock<2, double>(71), peal::PassThrough<double>(2));
+  check(run(jf, {1e-300, 0, 0, 0}, 10, {1, 0, 0, 0}, 0), double(1e-300L * std::exp(710.0L)));
+  // GEMM path with growth: real bank and growing rotation bank (ω = 0).
+  const peal::Bank<peal::RealBlock<double>> real(
+      {peal::RealBlock<double>(100), peal::RealBlock<double>(100)});
+  check(run(real, {1, 0}, 10, {1, 1}, 0), inf);
+  check(run(real, {0, 1}, 10, {1, 0}, 0), 0);
+  using RB = peal::RotationBlock<double>;
+  const peal::Bank<RB> grow({RB(0.0L, 100.0)});
+  check(run(grow, {1, 0}, 10, {1, 0}, 0), inf);
+  check(run(grow, {0, 1}, 10, {1, 0}, 0), 0);
+  // Scalar decay γ = 1/2 towards a key 2000 positions in the future: γ^(−2000) = 2^2000.
+  ScoreOptions opt;
+  opt.decay = {0.5};
+  const peal::Bank<RB> still({RB(0.0L)});
+  check(run(still, {1, 0}, 0, {1, 0}, 2000, opt), inf);
+  check(run(still, {1, 0}, 0, {0, 1}, 2000, opt), 0);
+}
