@@ -8,7 +8,9 @@
 //    w_hi t and w_lo t are exact in binary128 (106 ≤ 113 bits), reduced by 2π in 17 pieces
 //    of 15 bits (each k·piece is exact for |k| < 2^98), then sin/cos by Taylor series. Its
 //    error is ~1e-33, far below anything tested. Used for random sweeps.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "angle_nofma.hpp"
 #include "tolerances.hpp"
 
 namespace {
@@ -564,3 +567,553 @@ TEST_CASE("angles_sincos: awkward lengths, misaligned starts, both paths", "[sin
     }
   }
 }
+
+// ===== Exact reduction of every finite phase (detail/angle_exact.hpp) ========================
+// Independent references, none of which reads the library's table of 1/(2π):
+//  - Big: unsigned big integers. π·2^n from Machin's formula π = 16 atan(1/5) − 4 atan(1/239);
+//    the exact phase (w_hi + w_lo)·t, an integer times a power of two, reduced mod 2π by long
+//    division by 2π·2^N. The same π verifies the table itself.
+//  - glibc's sinl/cosl (x87 long double), which reduce any argument exactly.
+//  - Identities of an exact reduction: r(2t) ≡ 2 r(t), r(−t) = −r(t).
+// Every check runs on this file's build (FMA with -march=native) and on the build of
+// tests/test_angle_nofma.cpp (Dekker's products, no FMA instruction).
+namespace {
+
+namespace nofma = peal_test_nofma;
+
+struct Big {  // unsigned, 32-bit limbs, least significant first, no leading zero limbs
+  std::vector<std::uint32_t> d;
+  Big() = default;
+  explicit Big(std::uint64_t v) {
+    if (v) d.push_back(static_cast<std::uint32_t>(v));
+    if (v >> 32) d.push_back(static_cast<std::uint32_t>(v >> 32));
+  }
+  bool zero() const { return d.empty(); }
+  void trim() {
+    while (!d.empty() && d.back() == 0) d.pop_back();
+  }
+  long bits() const {
+    if (d.empty()) return 0;
+    long b = 32 * static_cast<long>(d.size());
+    for (std::uint32_t top = d.back(); !(top >> 31); top <<= 1) --b;
+    return b;
+  }
+  bool bit(long i) const {
+    return i >= 0 && static_cast<std::size_t>(i / 32) < d.size() &&
+           ((d[static_cast<std::size_t>(i / 32)] >> (i % 32)) & 1u);
+  }
+};
+Big shl(const Big& a, long s) {
+  if (a.zero()) return a;
+  Big r;
+  r.d.assign(static_cast<std::size_t>(s / 32), 0);
+  const int b = static_cast<int>(s % 32);
+  std::uint32_t carry = 0;
+  for (std::uint32_t x : a.d) {
+    r.d.push_back((x << b) | carry);
+    carry = b ? x >> (32 - b) : 0;
+  }
+  r.d.push_back(carry);
+  r.trim();
+  return r;
+}
+Big shr(const Big& a, long s) {
+  Big r;
+  const int b = static_cast<int>(s % 32);
+  for (std::size_t i = static_cast<std::size_t>(s / 32); i < a.d.size(); ++i) {
+    const std::uint64_t hi = i + 1 < a.d.size() ? a.d[i + 1] : 0;
+    r.d.push_back(static_cast<std::uint32_t>((std::uint64_t(a.d[i]) | hi << 32) >> b));
+  }
+  r.trim();
+  return r;
+}
+int cmp(const Big& a, const Big& b) {
+  if (a.d.size() != b.d.size()) return a.d.size() < b.d.size() ? -1 : 1;
+  for (std::size_t i = a.d.size(); i-- > 0;)
+    if (a.d[i] != b.d[i]) return a.d[i] < b.d[i] ? -1 : 1;
+  return 0;
+}
+Big add(const Big& a, const Big& b) {
+  Big r;
+  std::uint64_t c = 0;
+  for (std::size_t i = 0; i < std::max(a.d.size(), b.d.size()); ++i) {
+    c += std::uint64_t(i < a.d.size() ? a.d[i] : 0) + (i < b.d.size() ? b.d[i] : 0);
+    r.d.push_back(static_cast<std::uint32_t>(c));
+    c >>= 32;
+  }
+  if (c) r.d.push_back(static_cast<std::uint32_t>(c));
+  return r;
+}
+Big sub(const Big& a, const Big& b) {  // a ≥ b
+  Big r = a;
+  std::int64_t borrow = 0;
+  for (std::size_t i = 0; i < r.d.size(); ++i) {
+    std::int64_t v = std::int64_t(r.d[i]) - (i < b.d.size() ? b.d[i] : 0) - borrow;
+    borrow = v < 0 ? 1 : 0;
+    r.d[i] = static_cast<std::uint32_t>(v + (borrow << 32));
+  }
+  r.trim();
+  return r;
+}
+Big mul(const Big& a, const Big& b) {
+  if (a.zero() || b.zero()) return Big();
+  Big r;
+  r.d.assign(a.d.size() + b.d.size(), 0);
+  for (std::size_t i = 0; i < a.d.size(); ++i) {
+    std::uint64_t carry = 0;
+    for (std::size_t j = 0; j < b.d.size(); ++j) {
+      const std::uint64_t t = r.d[i + j] + std::uint64_t(a.d[i]) * b.d[j] + carry;
+      r.d[i + j] = static_cast<std::uint32_t>(t);
+      carry = t >> 32;
+    }
+    r.d[i + b.d.size()] = static_cast<std::uint32_t>(carry);
+  }
+  r.trim();
+  return r;
+}
+Big div_small(const Big& a, std::uint32_t q) {
+  Big r;
+  r.d.resize(a.d.size());
+  std::uint64_t rem = 0;
+  for (std::size_t i = a.d.size(); i-- > 0;) {
+    const std::uint64_t cur = rem << 32 | a.d[i];
+    r.d[i] = static_cast<std::uint32_t>(cur / q);
+    rem = cur % q;
+  }
+  r.trim();
+  return r;
+}
+// y mod m, bit by bit (restoring division).
+Big mod(const Big& y, const Big& m) {
+  const std::size_t L = m.d.size() + 1;
+  std::vector<std::uint32_t> r(L, 0);
+  auto ge = [&] {
+    if (r[L - 1]) return true;
+    for (std::size_t i = L - 1; i-- > 0;)
+      if (r[i] != m.d[i]) return r[i] > m.d[i];
+    return true;
+  };
+  for (long i = y.bits() - 1; i >= 0; --i) {
+    for (std::size_t k = L; k-- > 1;) r[k] = (r[k] << 1) | (r[k - 1] >> 31);
+    r[0] = (r[0] << 1) | (y.bit(i) ? 1u : 0u);
+    if (ge()) {
+      std::int64_t borrow = 0;
+      for (std::size_t k = 0; k < L; ++k) {
+        std::int64_t v = std::int64_t(r[k]) - (k < m.d.size() ? m.d[k] : 0) - borrow;
+        borrow = v < 0 ? 1 : 0;
+        r[k] = static_cast<std::uint32_t>(v + (borrow << 32));
+      }
+    }
+  }
+  Big out;
+  out.d = r;
+  out.trim();
+  return out;
+}
+
+// 2^n atan(1/x) by its series. power_k = floor(2^n / x^(2k+1)) exactly (nested floors of
+// integer divisions), term_k = floor(power_k / (2k+1)) is off by < 2, and the terms after the
+// last nonzero power sum to < 1: the error is < 2·terms + 1.
+Big atan_inv(std::uint32_t x, long n, long& terms) {
+  Big power = div_small(shl(Big(1), n), x), sum = power;
+  terms = 1;
+  for (std::uint32_t k = 1; !power.zero(); ++k, ++terms) {
+    power = div_small(power, x * x);
+    const Big term = div_small(power, 2 * k + 1);
+    sum = k % 2 ? sub(sum, term) : add(sum, term);
+  }
+  return sum;
+}
+struct PiFixed {
+  Big p;  // |p − π·2^n| < err
+  long n;
+  Big err;
+};
+const PiFixed& pi_fixed() {
+  static const PiFixed v = [] {
+    PiFixed r;
+    r.n = 33024 + 192;
+    long t5 = 0, t239 = 0;
+    const Big a = atan_inv(5, r.n, t5), b = atan_inv(239, r.n, t239);
+    r.p = sub(mul(a, Big(16)), mul(b, Big(4)));
+    r.err = Big(std::uint64_t(16 * (2 * t5 + 1) + 4 * (2 * t239 + 1)));
+    return r;
+  }();
+  return v;
+}
+
+// x = ±m·2^e exactly: the significand in 32-bit chunks (frexp, then scaling by 2^32, floor
+// and subtraction of the integer part, all exact in any binary format).
+struct Dyadic {
+  Big m;
+  long e = 0;
+  bool neg = false;
+};
+Dyadic dyadic(long double x) {
+  int ex;
+  long double f = std::frexp(std::fabs(x), &ex);
+  const int chunks = (std::numeric_limits<long double>::digits + 31) / 32;
+  Big m;
+  for (int k = 0; k < chunks; ++k) {
+    f = std::ldexp(f, 32);
+    const long double d = std::floor(f);
+    m = add(shl(m, 32), Big(static_cast<std::uint64_t>(d)));
+    f -= d;
+  }
+  m.trim();
+  return {m, long(ex) - 32L * chunks, static_cast<bool>(std::signbit(x))};
+}
+long double to_long_double(const Big& a, long e) {  // a·2^e from a's top 64 bits
+  const long b = a.bits();
+  const Big top = b > 64 ? shr(a, b - 64) : a;
+  std::uint64_t v = 0;
+  for (std::size_t i = top.d.size(); i-- > 0;) v = v << 32 | top.d[i];
+  return std::ldexp(static_cast<long double>(v), static_cast<int>(std::max<long>(b - 64, 0) + e));
+}
+// A·2^E mod 2π in [−π, π]. With P = π·2^N (N = bits of the integer part + 128, P within
+// 2 units of π·2^N), the remainder R of A·2^(E+N) by 2P is 2^N (X − 2πq) up to 4q units:
+// below 2^-126 rad.
+long double reduce_ref(const Big& a, long e) {
+  if (a.zero()) return 0;
+  if (a.bits() + e < -60) return to_long_double(a, e);  // X < 2^-60 < π
+  const PiFixed& pi = pi_fixed();
+  const long N = std::max<long>(a.bits() + e, 0) + 128;
+  REQUIRE(N + 20 <= pi.n);
+  const Big P = shr(pi.p, pi.n - N), twoP = shl(P, 1);
+  Big R = mod(e + N >= 0 ? shl(a, e + N) : shr(a, -(e + N)), twoP);  // (shr: X < 2^-50)
+  bool neg = false;
+  if (cmp(R, P) > 0) {
+    R = sub(twoP, R);
+    neg = true;
+  }
+  const long double r = to_long_double(R, -N);
+  return neg ? -r : r;
+}
+// The exact (w_hi + w_lo)·t reduced to [−π, π], long double arguments (exact as given).
+long double exact_phase(long double w_hi, long double w_lo, long double t) {
+  const Dyadic h = dyadic(w_hi), l = dyadic(w_lo), x = dyadic(t);
+  // (±m_h 2^e_h ± m_l 2^e_l) = ±W·2^e0 with a signed integer W.
+  if (h.m.zero() && l.m.zero()) return 0;
+  const long e0 = h.m.zero() ? l.e : l.m.zero() ? h.e : std::min(h.e, l.e);
+  const Big a = shl(h.m, h.e - e0), b = l.m.zero() ? Big() : shl(l.m, l.e - e0);
+  Big w;
+  bool neg;
+  if (h.neg == l.neg || b.zero()) {
+    w = add(a, b), neg = h.neg;
+  } else if (cmp(a, b) >= 0) {
+    w = sub(a, b), neg = h.neg;
+  } else {
+    w = sub(b, a), neg = l.neg;
+  }
+  const long double r = reduce_ref(mul(w, x.m), e0 + x.e);
+  return (neg != x.neg) ? -r : r;
+}
+
+// Both builds of the angle code, as one set of function pointers.
+struct Build {
+  const char* name;
+  double (*angle)(double, double, double);
+  double (*exact)(double, double, double);
+  long double (*angle_ld)(long double, long double);
+  void (*sincos)(double, double&, double&);
+  void (*batch)(const double*, const double*, double, int, double*, double*);
+};
+const Build kBuilds[] = {
+    {"this build", [](double a, double b, double t) { return pd::reduced_angle(a, b, t); },
+     [](double a, double b, double t) { return pd::reduced_angle_exact(a, b, t); },
+     [](long double w, long double t) { return pd::reduced_angle(w, t); },
+     [](double r, double& s, double& c) { pd::sincos_reduced(r, s, c); },
+     [](const double* h, const double* l, double t, int n, double* s, double* c) {
+       pd::angles_sincos(h, l, t, n, s, c);
+     }},
+    {"no-FMA build", nofma::reduced_angle, nofma::reduced_angle_exact, nofma::reduced_angle_ld,
+     nofma::sincos_reduced,
+     [](const double* h, const double* l, double t, int n, double* s, double* c) {
+       nofma::angles_sincos(h, l, t, n, s, c);
+     }},
+};
+
+constexpr double kPiUp = 3.1415926535897936;  // the double above π: |r| ≤ π rounds below it
+const double kMax = std::numeric_limits<double>::max();
+
+struct Phase {
+  double w_hi, w_lo, t;
+  const char* note;
+};
+// Huge phases by name: both sides of 2^64 (the switch to the exact path), the largest
+// doubles, negative positions, w_lo ≠ 0, pairs that are not normalized, and the operands
+// above 2^995 that Dekker's split cannot take (no-FMA build).
+std::vector<Phase> named_phases() {
+  const Freq r17 = freq(std::pow(10000.0L, -2.0L * 17 / 128));
+  const Freq r1 = freq(std::pow(10000.0L, -2.0L / 128));
+  return {{1, 0, 1e100, "omega = 1, t = 1e100"},
+          {1, 0, 1e308, "t = 1e308"},
+          {1, 0, kMax, "t = DBL_MAX"},
+          {1, 0, -kMax, "t = -DBL_MAX"},
+          {1, 0, -1.7e308, "t = -1.7e308"},
+          {1, 0, 0x1p1023, "t = 2^1023"},
+          {kMax, 0, kMax, "omega = t = DBL_MAX"},
+          {-kMax, 0, kMax, "omega = -DBL_MAX"},
+          {1, 0, 0x1p64, "|omega t| = 2^64 (turns path)"},
+          {1, 0, std::nextafter(0x1p64, 0.0), "just below 2^64"},
+          {1, 0, std::nextafter(0x1p64, 1e300), "just above 2^64 (exact path)"},
+          {r17.hi, r17.lo, 0x1p64 / r17.hi, "RoPE i = 17 at 2^64"},
+          {r17.hi, r17.lo, 1e300, "RoPE i = 17, t = 1e300, w_lo != 0"},
+          {r17.hi, r17.lo, -1e200, "RoPE i = 17, t = -1e200"},
+          {r1.hi, r1.lo, 0x1p70, "RoPE i = 1, t = 2^70"},
+          {1, 0x1p-60, 0x1p70, "w_lo = 2^-60 at 2^70"},
+          {1, 0.5, 1e20, "pair not normalized: w_lo = 0.5"},
+          {0, 1e-3, 1e300, "w_hi = 0, w_lo = 1e-3"},
+          {1e-300, 0, 1e300, "|omega t| = 1 with t > 2^995"},
+          {0x1p1000, 0, 0x1p-1074, "omega = 2^1000, subnormal t"},
+          {0x1p-1074, 0, kMax, "subnormal omega, t = DBL_MAX"},
+          {1e300, 1e284, 1e-290, "omega > 2^995, |omega t| = 1e10"},
+          {-0.75, 1e-17, 1e250, "negative omega"}};
+}
+
+}  // namespace
+
+TEST_CASE("the 1/(2 pi) table is floor(2^33024 / (2 pi)) (big-integer Machin)", "[angle][exact]") {
+  // T = the table as one integer, K = 33024 bits. T = floor(2^K/2π) ⟺ 0 ≤ 2^K − 2πT < 2π.
+  // With |p − π·2^n| < err: D = 2^(K+n) − 2Tp is 2^n (2^K − 2πT) within 2T·err.
+  const int words = pd::inv_two_pi_words;
+  const long K = 64L * words;
+  Big T;
+  T.d.resize(std::size_t(2 * words));
+  for (int k = 0; k < words; ++k) {
+    const std::uint64_t w = pd::inv_two_pi_bits[k];
+    const std::size_t lo = std::size_t(2 * (words - 1 - k));
+    T.d[lo] = static_cast<std::uint32_t>(w);
+    T.d[lo + 1] = static_cast<std::uint32_t>(w >> 32);
+  }
+  T.trim();
+  const PiFixed& pi = pi_fixed();
+  const Big lhs = shl(Big(1), K + pi.n), rhs = mul(shl(T, 1), pi.p);
+  REQUIRE(cmp(lhs, rhs) > 0);
+  const Big D = sub(lhs, rhs), slack = mul(shl(T, 1), pi.err);
+  CHECK(cmp(D, slack) > 0);                                  // 2^K − 2πT > 0
+  CHECK(cmp(add(D, slack), shl(sub(pi.p, pi.err), 1)) < 0);  // 2^K − 2πT < 2π
+  // The first 192 bits against the published 2/π = 0.A2F9836E 4E441529 FC2757D1 F534DDC0
+  // DB629599 3C439041 … (fdlibm k_rem_pio2.c, ipio2): 1/(2π) is 2/π shifted by two bits.
+  const std::uint64_t two_over_pi[3] = {0xA2F9836E4E441529u, 0xFC2757D1F534DDC0u,
+                                        0xDB6295993C439041u};
+  CHECK(pd::inv_two_pi_bits[0] == two_over_pi[0] >> 2);
+  CHECK(pd::inv_two_pi_bits[1] == ((two_over_pi[0] & 3) << 62 | two_over_pi[1] >> 2));
+  CHECK(pd::inv_two_pi_bits[2] == ((two_over_pi[1] & 3) << 62 | two_over_pi[2] >> 2));
+}
+
+TEST_CASE("the big-integer reference reproduces known reduced angles", "[angle][exact]") {
+  // Sanity of the reference itself against mpmath values (kTable) and the brief's example.
+  for (const TableCase& k : kTable) {
+    CAPTURE(k.note, k.t);
+    CHECK(angle_diff(exact_phase(k.w_hi, k.w_lo, k.t), k.r_ld) <= kTolAngleLd);
+  }
+  CHECK(std::fabs(exact_phase(1, 0, 1e100) - (-0.390485843192125599512750L)) < 1e-18L);
+  CHECK(std::fabs(exact_phase(1, 0, 1e308) - 2.671020314562465192571992L) < 1e-18L);
+}
+
+TEST_CASE("reduced_angle is exact for every finite phase (big-integer reference)",
+          "[angle][exact]") {
+  std::vector<Phase> phases = named_phases();
+  std::mt19937_64 rng(42);
+  std::uniform_int_distribution<int> ex(60, 1023);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  std::vector<Freq> freqs = rope_freqs(10000.0L, 16);
+  for (const Freq& f : random_freqs(rng, 8)) freqs.push_back(f);
+  for (int i = 0; i < 150; ++i) {
+    const Freq& f = freqs[std::size_t(i) % freqs.size()];
+    const double mant = m(rng);
+    const double t = std::ldexp(mant, ex(rng));
+    phases.push_back({f.hi, f.lo, i % 2 ? -t : t, "random"});
+  }
+  for (const Build& b : kBuilds) {
+    double max_err = 0;
+    for (const Phase& p : phases) {
+      CAPTURE(b.name, p.note, p.w_hi, p.w_lo, p.t);
+      const long double ref = exact_phase(p.w_hi, p.w_lo, p.t);
+      const double r = b.angle(p.w_hi, p.w_lo, p.t), re = b.exact(p.w_hi, p.w_lo, p.t);
+      CAPTURE(r, re, ref);
+      CHECK(angle_diff(r, ref) <= kTolAngle);
+      CHECK(std::fabs(r) < 3.2);
+      CHECK(angle_diff(re, ref) <= kTolAngle);
+      CHECK(std::fabs(re) < kPiUp);
+      max_err = std::max(max_err, double(angle_diff(r, ref)));
+      double s, c;
+      b.sincos(r, s, c);
+      CHECK(std::fabs(s - std::sin(ref)) <= tol_phase_sincos(0) + 2 * kEpsLd);
+      CHECK(std::fabs(c - std::cos(ref)) <= tol_phase_sincos(0) + 2 * kEpsLd);
+    }
+    CAPTURE(b.name, max_err);
+    CHECK(max_err <= 0x1p-52 + 0x1p-60);  // ulp(r)/2 for |r| < 4 (+ the reference's rounding)
+  }
+}
+
+TEST_CASE("angles_sincos: batches with huge phases", "[angle][exact][sincos]") {
+  std::vector<Freq> pool = rope_freqs(10000.0L, 128);
+  std::vector<double> hi, lo;
+  for (const Freq& f : pool) hi.push_back(f.hi), lo.push_back(f.lo);
+  for (const Build& b : kBuilds) {
+    // 2^60: turns path for the high frequencies only; 1e308 and -DBL_MAX: every phase exact.
+    for (double t : {0x1p60, 1e19, 1e308, -kMax, 1e100}) {
+      for (int n : {1, 7, 64}) {
+        CAPTURE(b.name, t, n);
+        std::vector<double> s(static_cast<std::size_t>(n)), c(static_cast<std::size_t>(n));
+        b.batch(hi.data(), lo.data(), t, n, s.data(), c.data());
+        for (int i = 0; i < n; ++i) {
+          const long double ref = exact_phase(hi[std::size_t(i)], lo[std::size_t(i)], t);
+          CHECK(std::fabs(s[std::size_t(i)] - std::sin(ref)) <= tol_phase_sincos(0) + 2 * kEpsLd);
+          CHECK(std::fabs(c[std::size_t(i)] - std::cos(ref)) <= tol_phase_sincos(0) + 2 * kEpsLd);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("exact path: identities of exact reduction at every exponent", "[angle][exact]") {
+  // r(2t) ≡ 2 r(t) and r(−t) = −r(t) for exact reduction; t = m·2^k over every k.
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  const Freq f = freq(std::pow(10000.0L, -2.0L * 5 / 128));
+  for (const Build& b : kBuilds) {
+    for (int k = -1074; k < 1023; k += 7) {
+      const double mant = m(rng);
+      const double t = std::ldexp(mant, k);
+      CAPTURE(b.name, k, t);
+      for (const Freq& w : {Freq{1, 0}, f}) {
+        const double r1 = b.exact(w.hi, w.lo, t), r2 = b.exact(w.hi, w.lo, 2 * t);
+        CHECK(angle_diff(r2, 2.0L * r1) <= 3 * kTolAngle);
+        CHECK(angle_diff(b.exact(w.hi, w.lo, -t), -r1) <= kTolAngle);
+        CHECK(angle_diff(b.angle(w.hi, w.lo, t), r1) <= 2 * kTolAngle);  // any path
+      }
+    }
+  }
+}
+
+TEST_CASE("exact path agrees with the mpmath table and the fast paths", "[angle][exact]") {
+  for (const Build& b : kBuilds) {
+    for (const TableCase& k : kTable) {
+      CAPTURE(b.name, k.note, k.t);
+      CHECK(angle_diff(b.exact(k.w_hi, k.w_lo, k.t), k.r_ld) <= kTolAngle);
+    }
+    std::mt19937_64 rng(9);
+    const std::vector<Freq> freqs = rope_freqs(10000.0L, 64);
+    for (double t : test_positions(rng, 40)) {
+      for (const Freq& f : freqs) {
+        CAPTURE(b.name, f.hi, f.lo, t);
+        CHECK(angle_diff(b.exact(f.hi, f.lo, t), b.angle(f.hi, f.lo, t)) <= 2 * kTolAngle);
+      }
+    }
+  }
+}
+
+TEST_CASE("the exact path is bit-identical with and without FMA", "[angle][exact]") {
+  REQUIRE(nofma::built_without_fma());
+  std::mt19937_64 rng(10);
+  std::uniform_int_distribution<int> ex(-1074, 1023);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  for (int i = 0; i < 2000; ++i) {
+    const double a = m(rng), b = m(rng), c = m(rng);
+    const double w = std::ldexp(a, ex(rng) / 2), t = std::ldexp(b, ex(rng)),
+                 lo = std::ldexp(c, ex(rng));
+    CAPTURE(w, lo, t);
+    CHECK(pd::reduced_angle_exact(w, lo, t) == nofma::reduced_angle_exact(w, lo, t));
+    if (std::fabs(w * t) > 0x1p64)  // both builds take the exact path
+      CHECK(pd::reduced_angle(w, 0.0, t) == nofma::reduced_angle(w, 0.0, t));
+  }
+}
+
+TEST_CASE("the no-FMA build passes the mpmath table and the random sweeps", "[angle][sincos]") {
+  REQUIRE(nofma::built_without_fma());
+  for (const TableCase& k : kTable) {
+    const double x = phase_bound(k);
+    CAPTURE(k.note, k.w_hi, k.w_lo, k.t);
+    const double r = nofma::reduced_angle(k.w_hi, k.w_lo, k.t);
+    CHECK(angle_diff(r, k.r_ld) <= tol_angle(x));
+    CHECK(angle_diff(nofma::reduced_angle_turns(k.w_hi, k.w_lo, k.t), k.r_ld) <= tol_angle(x));
+    if (x <= pd::cody_waite_limit)
+      CHECK(angle_diff(nofma::reduced_angle_cody_waite(k.w_hi, k.w_lo, k.t), k.r_ld) <=
+            tol_angle(x));
+    double s, c;
+    nofma::sincos_reduced(r, s, c);
+    CHECK(std::fabs(s - k.s) <= tol_phase_sincos(x) + kTableRounding);
+    CHECK(std::fabs(c - k.c) <= tol_phase_sincos(x) + kTableRounding);
+    float sf, cf;
+    nofma::angles_sincos(&k.w_hi, &k.w_lo, k.t, 1, &sf, &cf);
+    CHECK(std::fabs(sf - k.s) <= kTolFloat);
+    CHECK(std::fabs(cf - k.c) <= kTolFloat);
+    if (x <= 0x1p62 && (std::numeric_limits<long double>::digits >= 64 || k.w_lo == 0)) {
+      const long double w = static_cast<long double>(k.w_hi) + k.w_lo;
+      CHECK(angle_diff(nofma::reduced_angle_ld(w, k.t), k.r_ld) <= kTolAngleLd);
+    }
+  }
+#if defined(PEAL_TEST_HAVE_QUAD)
+  std::mt19937_64 rng(2025);
+  std::vector<Freq> freqs = rope_freqs(10000.0L, 128);
+  for (const Freq& f : random_freqs(rng, 100)) freqs.push_back(f);
+  std::vector<double> hi, lo;
+  for (const Freq& f : freqs) hi.push_back(f.hi), lo.push_back(f.lo);
+  std::vector<double> s(freqs.size()), c(freqs.size());
+  for (double t : test_positions(rng, 40)) {
+    nofma::angles_sincos(hi.data(), lo.data(), t, int(freqs.size()), s.data(), c.data());
+    for (std::size_t i = 0; i < freqs.size(); ++i) {
+      const double x = std::fabs(hi[i] * t);
+      CAPTURE(hi[i], lo[i], t);
+      CHECK(quad_angle_error(nofma::reduced_angle(hi[i], lo[i], t), hi[i], lo[i], t) <=
+            tol_angle(x));
+      CHECK(quad_sincos_error(s[i], c[i], hi[i], lo[i], t) <= tol_phase_sincos(x));
+      // The fast paths of the two builds differ only in how exact products are formed.
+      CHECK(angle_diff(nofma::reduced_angle(hi[i], lo[i], t), pd::reduced_angle(hi[i], lo[i], t)) <=
+            2 * tol_angle(x));
+    }
+  }
+#endif
+}
+
+TEST_CASE("long double reduction is exact for every finite input", "[angle][exact]") {
+  if (std::numeric_limits<long double>::digits != 64) return;  // the reference needs x87
+  const long double big[] = {
+      0x1p62L,      0x1.0000000000000002p62L, 1e100L, 1e308L, 1e4000L, -0x1p16000L, LDBL_MAX,
+      -LDBL_MAX / 3};
+  const long double ws[] = {1.0L, 1.1L, 0x1.23456789abcdef12p-3L, -2.5e-4L, 0x1p-16000L};
+  for (const Build& b : kBuilds) {
+    for (long double w : ws) {
+      for (long double t : big) {
+        if (std::fabs(w * t) > 0x1p2000L && std::fabs(w) != 1) continue;  // keep the division short
+        CAPTURE(b.name, w, t);
+        const long double ref = exact_phase(w, 0, t), r = b.angle_ld(w, t);
+        CAPTURE(r, ref);
+        CHECK(angle_diff(r, ref) <= kTolAngleLd);
+        CHECK(std::fabs(r) <= 3.1415926535897932385L + kEpsLd * 4);
+      }
+    }
+  }
+}
+
+#if defined(__GLIBC__) && LDBL_MANT_DIG == 64
+TEST_CASE("huge phases against glibc's sinl/cosl (exact x87 reduction)", "[angle][exact]") {
+  // glibc reduces any long double argument exactly (Payne–Hanek in __ieee754_rem_pio2l);
+  // sin(1e22) = −0.8522008497671888017727… checks that this libm does.
+  REQUIRE(std::fabs(sinl(1e22L) - (-0.85220084976718880177270589375L)) < 4 * kEpsLd);
+  // ω·t is exact in long double when ω has ≤ 11 significant bits: every double t works.
+  std::mt19937_64 rng(12);
+  std::uniform_int_distribution<int> ex(0, 1023);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  const double ws[] = {1.0, 0.75, 0x1p-20, 3 * 0x1p-5, -0x1.ffp0, 1536.0};
+  for (const Build& b : kBuilds) {
+    for (int i = 0; i < 600; ++i) {
+      const double w = ws[i % 6], mant = m(rng);
+      const double t = (i % 3 ? 1 : -1) * std::ldexp(mant, ex(rng));
+      if (!std::isfinite(w * t)) continue;
+      const long double x = static_cast<long double>(w) * t;  // exact
+      CAPTURE(b.name, w, t);
+      double s, c;
+      b.sincos(b.angle(w, 0.0, t), s, c);
+      CHECK(std::fabs(s - sinl(x)) <= tol_phase_sincos(0) + 2 * kEpsLd);
+      CHECK(std::fabs(c - cosl(x)) <= tol_phase_sincos(0) + 2 * kEpsLd);
+      const long double rl = b.angle_ld(w, t);
+      CHECK(std::fabs(sinl(rl) - sinl(x)) <= 8 * kEpsLd);
+      CHECK(std::fabs(cosl(rl) - cosl(x)) <= 8 * kEpsLd);
+    }
+  }
+}
+#endif

@@ -662,3 +662,113 @@ static_assert(std::is_same<ek::kernel_t<float, RopeD>, ek::kernel_t<float, RopeD
 static_assert(!std::is_same<ek::kernel_t<float, RopeD>, ek::DenseKernel<float, RopeD>>::value,
               "RopeEncoding must not take the dense fallback");
 }  // namespace
+
+TEST_CASE("encode: RoPE at positions up to DBL_MAX (exact angle reduction)", "[encode][angle]") {
+  // The phase ω t is reduced exactly for every finite t (detail/angle_exact.hpp). Pair 0 of a
+  // RoPE has ω = θ^0 = 1, so its rotation is (cos t, sin t), here against mpmath (200 digits);
+  // the other pairs against the per-token API. Before, without FMA these positions gave NaN
+  // (Dekker's split overflows) and with FMA wrong angles (0 rad at t = 1e100).
+  struct Known {
+    double t, sin_t, cos_t;
+  };
+  const Known known[] = {{1e100, -0.38063773100502866607, 0.92472423875193378588},
+                         {1e308, 0.45339649050164911655, -0.89130893768703340790},
+                         {-DBL_MAX, -0.0049619547891840617905, -0.99998768942655993746}};
+  peal::RopeConfig cfg;
+  cfg.head_dim = 8;  // HalfSplit: pair i is (i, i + 4), ω_i = 1e4^(-i/4)
+  const auto rope = peal::rope<double>(cfg, 0);
+  for (const Known& k : known) {
+    CAPTURE(k.t);
+    for (int seq = 0; seq < 2; ++seq) {
+      std::vector<double> q = {1, 0.5, -0.25, 2, 0, 1.5, 0.75, -1}, ref(q);
+      const std::vector<double> span = {k.t};
+      const Positions pos = seq ? Positions::sequence(k.t, 1.0) : Positions(span);
+      peal::encode_queries(rope, TensorView<double>(q.data(), 1, 1, 8), pos);
+      rope.encode_query(ref, k.t);
+      for (int j = 0; j < 8; ++j) {
+        CHECK(std::isfinite(q[std::size_t(j)]));
+        CHECK(std::fabs(q[std::size_t(j)] - ref[std::size_t(j)]) <= 8 * DBL_EPSILON);
+      }
+      // F(t) q on pair 0: (c x0 - s x1, s x0 + c x1) with (x0, x1) = (1, 0).
+      CHECK(std::fabs(q[0] - k.cos_t) <= 4 * DBL_EPSILON);
+      CHECK(std::fabs(q[4] - k.sin_t) <= 4 * DBL_EPSILON);
+    }
+  }
+}
+
+TEST_CASE("encode: factors past the range give ±inf or the finite value, never NaN", "[encode]") {
+  // Every kernel against the per-token API (which test_compositions.cpp and
+  // test_jordan_block.cpp check against long double) and against exact values: a factor
+  // e^{a t} beyond the range must not turn a zero component into NaN (inf·0), and a tiny
+  // component times an overflowing factor stays finite when the product is.
+  const double inf = std::numeric_limits<double>::infinity();
+  auto same = [](double got, double want) {
+    if (std::isinf(want) || want == 0) return got == want;
+    return std::fabs(got - want) <= 1e-12 * std::fabs(want);
+  };
+  auto check_query = [&](const auto& enc, std::vector<double> x, double t) {
+    const int d = int(x.size());
+    Eigen::VectorXd ref = Eigen::Map<Eigen::VectorXd>(x.data(), d);
+    enc.encode_query(ref, t);
+    std::vector<double> got = x;
+    peal::encode_queries(enc, TensorView<double>(got.data(), 1, 1, d), std::vector<double>{t});
+    std::vector<double> strided(2 * std::size_t(d));  // the gather path (element stride 2)
+    for (int j = 0; j < d; ++j) strided[std::size_t(2 * j)] = x[std::size_t(j)];
+    peal::encode_queries(enc, TensorView<double>(strided.data(), 1, 1, d, Strides{2 * d, 2 * d, 2}),
+                         std::vector<double>{t});
+    for (int j = 0; j < d; ++j) {
+      CAPTURE(j, x[std::size_t(j)], got[std::size_t(j)], ref(j));
+      CHECK(!std::isnan(ref(j)));
+      CHECK(same(got[std::size_t(j)], ref(j)));
+      CHECK(same(strided[std::size_t(2 * j)], ref(j)));
+    }
+    return got;
+  };
+  using RB = peal::RotationBlock<double>;
+  // Rotation bank: ω = 0 has sin = 0 exactly.
+  const peal::Bank<RB> rot({RB(0.0L, 1000.0), RB(1.0L, 0.0), RB(0.5L, 710.0)});
+  auto y = check_query(rot, {1, 0, 1, 0, 1e-300, 0}, 1.0);
+  CHECK(y[0] == inf);
+  CHECK(y[1] == 0);
+  CHECK(std::isfinite(y[4]));  // e^{710}·1e-300·cos(0.5) = 1.9e8
+  CHECK(y[4] == Approx(std::exp(710.0 - 690.7755278982137) * std::cos(0.5)).epsilon(1e-10));
+  check_query(peal::Bank<RB>({RB(0.0L, 1000.0), RB(2.0L, 1000.0)}, Layout::HalfSplit),
+              {0, 1, -2, 0}, 1.0);
+  // Real bank: 0 stays 0, e^{-1000}·1e300 and e^{710}·1e-300 are finite (the bank overflows:
+  // every component goes through the exact form).
+  const peal::Bank<peal::RealBlock<double>> real(
+      {peal::RealBlock<double>(1000), peal::RealBlock<double>(-1000), peal::RealBlock<double>(710),
+       peal::RealBlock<double>(1000)});
+  y = check_query(real, {0, 1e300, 1e-300, -2}, 1.0);
+  CHECK(y[0] == 0);
+  CHECK(y[3] == -inf);
+  // Dense kernel (Jordan blocks), alone and inside a composition.
+  y = check_query(peal::JordanBlock<2, double>(1000), {1, 0}, 1.0);
+  CHECK(y[0] == inf);
+  CHECK(y[1] == inf);
+  y = check_query(peal::JordanBlock<2, double>(1000), {0, 1}, 1.0);
+  CHECK(y[0] == 0);
+  check_query(peal::JordanBlock<3, double>(710), {1e-300, 0, 0}, 1.0);
+  check_query(peal::RotationJordanBlock<2, double>(0.0L, 1000), {1, 0, 0, 0}, 1.0);
+  // (The factors are checked for overflow only: a factor that underflows gives what IEEE
+  // arithmetic gives, e^{-1000}·2 = 0 here, as the per-token form does.)
+  y = check_query(peal::compose(peal::JordanBlock<2, double>(1000), peal::PassThrough<double>(2),
+                                peal::RealBlock<double>(-1000)),
+                  {1, 0, 3, 4, 2}, 1.0);
+  CHECK(y[2] == 3);
+  CHECK(y[3] == 4);
+  // Keys (G(s) = A(-s)) in float storage: a RetNet-like decay at s = 4000 overflows float.
+  const double a = std::log1p(-1.0 / 32);
+  const peal::Bank<RB> decay({RB(0.0L, a), RB(0.3L, a)});
+  std::vector<float> k = {1.0f, 0.0f, 0.0f, 0.0f};
+  peal::encode_keys(decay, TensorView<float>(k.data(), 1, 1, 4), std::vector<double>{4000.0});
+  CHECK(k[0] == std::numeric_limits<float>::infinity());
+  CHECK(k[1] == 0.0f);  // was NaN: 0 · inf
+  CHECK(k[2] == 0.0f);
+  CHECK(k[3] == 0.0f);
+  std::vector<float> kj = {0.0f, 1.0f};
+  peal::encode_keys(peal::JordanBlock<2, double>(-100), TensorView<float>(kj.data(), 1, 1, 2),
+                    std::vector<double>{1.0});  // G(1) = A(-1) = e^{100} [[1, -1], [0, 1]]
+  CHECK(kj[0] == -std::numeric_limits<float>::infinity());
+  CHECK(kj[1] == std::numeric_limits<float>::infinity());
+}

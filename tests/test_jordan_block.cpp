@@ -3,6 +3,7 @@
 // results that are representable although e^{lambda tau} or tau^j / j! alone is not.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <peal/peal.hpp>
@@ -96,4 +97,94 @@ TEST_CASE("RotationJordanBlock<1> is a RotationBlock and <M> stacks Jordan coeff
   const Eigen::Matrix2d want = tau * tau / 2 * R;
   CHECK((A3.block<2, 2>(0, 4) - want).norm() <= Tol<double>::roundings(4) * want.norm());
   CHECK((A3.block<2, 2>(2, 0)).norm() == 0.0);
+}
+
+// ---- Past the range: ±inf or the finite value, never NaN (inf·0) --------------------------
+namespace {
+
+// y = A(τ) x or A(τ)^T x in long double, A(τ)_{i,i+j} = c_j (coefficient_ld).
+template <int M>
+std::array<long double, M> jordan_apply_ld(long double lambda, long double tau, const double* x,
+                                           bool transpose) {
+  std::array<long double, M> y{};
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < M; ++j) {
+      const int d = transpose ? i - j : j - i;
+      if (d >= 0) y[std::size_t(i)] += coefficient_ld(lambda, tau, d) * x[j];
+    }
+  return y;
+}
+
+void check_exact_jordan(double got, long double want, double growth) {
+  const double w = static_cast<double>(want);
+  CAPTURE(got, w);
+  REQUIRE(!std::isnan(w));
+  if (std::isinf(w) || want == 0)
+    CHECK(got == w);
+  else
+    CHECK(std::fabs(got - w) <= (2 * growth + 16) * DBL_EPSILON * std::fabs(w) + DBL_TRUE_MIN);
+}
+
+template <int M>
+void check_jordan_past_range(double lambda, double tau, const std::array<double, M>& x) {
+  CAPTURE(M, lambda, tau);
+  const peal::JordanBlock<M, double> b(lambda);
+  const double growth = std::fabs(lambda * tau) + M * std::log(std::fabs(tau) + 1) + M;
+  Eigen::Matrix<double, M, 1> q, k;
+  for (int i = 0; i < M; ++i) q(i) = k(i) = x[std::size_t(i)];
+  b.encode_query(q, tau);  // F(τ) x = A(τ)^T x
+  b.encode_key(k, -tau);   // G(-τ) x = A(τ) x
+  const auto wq = jordan_apply_ld<M>(lambda, tau, x.data(), true);
+  const auto wk = jordan_apply_ld<M>(lambda, tau, x.data(), false);
+  for (int i = 0; i < M; ++i) {
+    CAPTURE(i, x[std::size_t(i)]);
+    check_exact_jordan(q(i), wq[std::size_t(i)], growth);
+    check_exact_jordan(k(i), wk[std::size_t(i)], growth);
+  }
+  // A(τ) itself: ±inf entries, 0 below the diagonal.
+  const auto a = b.A(tau);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < M; ++j)
+      check_exact_jordan(a(i, j), j >= i ? coefficient_ld(lambda, tau, j - i) : 0.0L, growth);
+  // score e_0^T A(τ) x.
+  Eigen::Matrix<double, M, 1> e0 = Eigen::Matrix<double, M, 1>::Zero(), xv;
+  e0(0) = 1;
+  for (int i = 0; i < M; ++i) xv(i) = x[std::size_t(i)];
+  check_exact_jordan(b.score(e0, tau, xv, 0.0), wk[0], growth);
+}
+
+}  // namespace
+
+TEST_CASE("Jordan blocks past the range give ±inf or the finite value, never NaN") {
+  // e^{1000} = 2e434: A(1)^T (1, 0) = (inf, inf), not (inf, NaN); zero components stay 0;
+  // (1, -1) cancels exactly in the second component of A(1) x.
+  check_jordan_past_range<2>(1000, 1, {1, 0});
+  check_jordan_past_range<2>(1000, 1, {0, 1});
+  check_jordan_past_range<2>(1000, 1, {1, -1});
+  check_jordan_past_range<2>(-1000, -1, {1, 0});  // τ < 0: c_1 = -inf
+  check_jordan_past_range<2>(-1000, -1, {-2, 3});
+  // Finite although every coefficient overflows: e^{710} · 1e-300.
+  check_jordan_past_range<3>(710, 1, {1e-300, 0, 0});
+  check_jordan_past_range<3>(710, 1, {0, -3e-301, 1e-300});
+  // Finite although the coefficient underflows: e^{-1000} · 1e300.
+  check_jordan_past_range<3>(-1000, 1, {1e300, 0, 0});
+  // τ^j/j! overflows (τ = 1e300, j = 2) while e^{λτ} = 1: (0, 0, 1) only meets c_0 = 1.
+  check_jordan_past_range<3>(0, 1e300, {0, 0, 1});
+  check_jordan_past_range<3>(0, 1e300, {1, 0, 0});
+  check_jordan_past_range<4>(100, 10, {1, 0, 0, 0});
+  check_jordan_past_range<4>(100, 10, {0, 1, -1, 0.5});
+  // The brief's case: JordanBlock<2>{1000}.encode_query((1, 0), 1) = (inf, inf).
+  Eigen::Vector2d q(1, 0);
+  peal::JordanBlock<2, double>(1000).encode_query(q, 1.0);
+  CHECK(q(0) == std::numeric_limits<double>::infinity());
+  CHECK(q(1) == std::numeric_limits<double>::infinity());
+  // float: e^{100} > FLT_MAX, e^{100}·1e-30 = 2.7e13 is not.
+  Eigen::Vector2f qf(1e-30f, 0);
+  peal::JordanBlock<2, float>(100).encode_query(qf, 1.0);
+  CHECK(qf(0) == Approx(1e-30 * std::exp(100.0)).epsilon(1e-6));
+  CHECK(qf(1) == Approx(1e-30 * std::exp(100.0)).epsilon(1e-6));
+  Eigen::Vector2f zf(0, 1);
+  peal::JordanBlock<2, float>(100).encode_query(zf, 1.0);
+  CHECK(zf(0) == 0.0f);
+  CHECK(zf(1) == std::numeric_limits<float>::infinity());
 }

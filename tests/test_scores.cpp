@@ -1080,3 +1080,103 @@ static_assert(std::is_same<skd::coder_t<float, peal::RopeEncoding<double>>,
                            skd::coder_t<float, peal::RopeEncoding<double>::encoding_type>>::value,
               "RopeEncoding must use its BlockDiagonal's coder");
 }  // namespace
+
+TEST_CASE("scores: RoPE at positions near DBL_MAX agrees with the per-pair reference",
+          "[scores][angle]") {
+  // Pure rotations use anchor 0, so the kernel forms R(ω t) and R(ω s) at absolute positions
+  // up to 1e308; the reference forms R(ω (t − s)). Both reduce exactly (detail/angle_exact.hpp).
+  // Pair 0 of the RoPE (coordinates 0 and 4, HalfSplit) has ω = 1: A(τ)_{0,0} = cos τ and
+  // A(τ)_{0,4} = sin τ, here against mpmath. Before, without FMA the kernel gave NaN; with FMA
+  // every huge angle came out near 0 rad, in the kernel and the reference alike.
+  peal::RopeConfig cfg;
+  cfg.head_dim = 8;
+  const auto rope = peal::rope<double>(cfg, 0);
+  struct Lag {
+    double t, s, cos_tau, sin_tau;  // τ = fl(t − s)
+  };
+  const Lag lags[] = {
+      {1e300, -1e300, -0.337861644332749667903, 0.941195786905556948272},
+      {-DBL_MAX / 2, DBL_MAX / 2, -0.999987689426559937465, -0.0049619547891840617905},
+      {1e100, 1e100 - 1e85, 0.214878485736553761895, -0.976640791881828813418},
+      {1e308, 1e308, 1.0, 0.0}};
+  auto run = [&](const std::vector<double>& q, const std::vector<double>& k, double t, double s) {
+    std::vector<double> out(1, 0.0), want(1, 0.0);
+    const std::vector<double> tq = {t}, tk = {s};
+    peal::scores(rope, TensorView<const double>(q.data(), 1, 1, 8), Positions(tq),
+                 TensorView<const double>(k.data(), 1, 1, 8), Positions(tk),
+                 TensorView<double>(out.data(), 1, 1, 1));
+    peal::scores_reference(rope, TensorView<const double>(q.data(), 1, 1, 8), Positions(tq),
+                           TensorView<const double>(k.data(), 1, 1, 8), Positions(tk),
+                           TensorView<double>(want.data(), 1, 1, 1));
+    return std::make_pair(out[0], want[0]);
+  };
+  const std::vector<double> e0 = {1, 0, 0, 0, 0, 0, 0, 0}, e4 = {0, 0, 0, 0, 1, 0, 0, 0};
+  const std::vector<double> q = {1, 0.5, -0.25, 2, 0, 1.5, 0.75, -1},
+                            k = {0.5, -1, 2, 0.25, 1, 0, -0.5, 1.5};
+  for (const Lag& l : lags) {
+    CAPTURE(l.t, l.s);
+    auto c = run(e0, e0, l.t, l.s), sn = run(e0, e4, l.t, l.s), g = run(q, k, l.t, l.s);
+    CHECK(std::fabs(c.first - l.cos_tau) <= 8 * DBL_EPSILON);
+    CHECK(std::fabs(c.second - l.cos_tau) <= 8 * DBL_EPSILON);
+    CHECK(std::fabs(sn.first - l.sin_tau) <= 8 * DBL_EPSILON);
+    CHECK(std::fabs(sn.second - l.sin_tau) <= 8 * DBL_EPSILON);
+    CHECK(std::isfinite(g.first));
+    CHECK(std::fabs(g.first - g.second) <= 64 * DBL_EPSILON * 16);  // |q| |k| ≤ 16
+  }
+}
+
+TEST_CASE("scores: results past the range are ±inf or exact, never NaN", "[scores]") {
+  // q^T A(t − s) k with e^{λ (t − s)} beyond the double range: +inf or −inf by the sign of the
+  // exact score, 0 where the exact score is 0, finite where it is representable; the same
+  // from scores_reference. Paths: the per-pair polynomial parts (JordanBlock<M ≥ 2> in a
+  // composition), the GEMM with a growing cross factor (real and rotation banks), and a
+  // scalar decay towards future keys (γ^(t − s) with t < s).
+  const double inf = std::numeric_limits<double>::infinity();
+  auto run = [](const auto& enc, std::vector<double> q, double t, std::vector<double> k, double s,
+                const ScoreOptions& opt = {}) {
+    const Index d = Index(q.size());
+    std::vector<double> out(1, 7.0), want(1, 7.0);
+    const std::vector<double> tq = {t}, tk = {s};
+    peal::scores(enc, TensorView<const double>(q.data(), 1, 1, d), Positions(tq),
+                 TensorView<const double>(k.data(), 1, 1, d), Positions(tk),
+                 TensorView<double>(out.data(), 1, 1, 1), opt);
+    peal::scores_reference(enc, TensorView<const double>(q.data(), 1, 1, d), Positions(tq),
+                           TensorView<const double>(k.data(), 1, 1, d), Positions(tk),
+                           TensorView<double>(want.data(), 1, 1, 1), opt);
+    return std::make_pair(out[0], want[0]);
+  };
+  auto check = [](std::pair<double, double> got, double exact) {
+    CAPTURE(got.first, got.second, exact);
+    for (double v : {got.first, got.second}) {
+      if (std::isinf(exact) || exact == 0)
+        CHECK(v == exact);
+      else
+        CHECK(std::fabs(v - exact) <= 1e-12 * std::fabs(exact));
+    }
+  };
+  // Polynomial part: A(10) = e^{1000} [[1, 10], [0, 1]] on the Jordan coordinates.
+  const auto jp = peal::compose(peal::JordanBlock<2, double>(100), peal::PassThrough<double>(2));
+  check(run(jp, {1, 0, 0, 0}, 10, {1, 0, 0, 0}, 0), inf);
+  check(run(jp, {-1, 0, 0, 0}, 10, {1, 0, 0, 0}, 0), -inf);
+  check(run(jp, {1, 0, 0, 0}, 10, {0, 1, 0, 0}, 0), inf);
+  check(run(jp, {0, 1, 0, 0}, 10, {1, 0, 0, 0}, 0), 0);   // A(10)_{1,0} = 0
+  check(run(jp, {0, 1, 1, 0}, 10, {1, 0, 2, 0}, 0), 2);   // only the pass-through share
+  check(run(jp, {1, 0, 1, 0}, -10, {1, 0, 2, 0}, 0), 2);  // e^{-1000} underflows to 0
+  const auto jf = peal::compose(peal::JordanBlock<2, double>(71), peal::PassThrough<double>(2));
+  check(run(jf, {1e-300, 0, 0, 0}, 10, {1, 0, 0, 0}, 0), double(1e-300L * std::exp(710.0L)));
+  // GEMM path with growth: real bank and growing rotation bank (ω = 0).
+  const peal::Bank<peal::RealBlock<double>> real(
+      {peal::RealBlock<double>(100), peal::RealBlock<double>(100)});
+  check(run(real, {1, 0}, 10, {1, 1}, 0), inf);
+  check(run(real, {0, 1}, 10, {1, 0}, 0), 0);
+  using RB = peal::RotationBlock<double>;
+  const peal::Bank<RB> grow({RB(0.0L, 100.0)});
+  check(run(grow, {1, 0}, 10, {1, 0}, 0), inf);
+  check(run(grow, {0, 1}, 10, {1, 0}, 0), 0);
+  // Scalar decay γ = 1/2 towards a key 2000 positions in the future: γ^(−2000) = 2^2000.
+  ScoreOptions opt;
+  opt.decay = {0.5};
+  const peal::Bank<RB> still({RB(0.0L)});
+  check(run(still, {1, 0}, 0, {1, 0}, 2000, opt), inf);
+  check(run(still, {1, 0}, 0, {0, 1}, 2000, opt), 0);
+}

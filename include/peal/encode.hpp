@@ -34,7 +34,11 @@
 // factor e^{a t} underflows past t ~ 2800). That is the nature of the global
 // factorization, not a defect of the kernel, and it is not clamped here: scores at any
 // sequence length come from the fused, rebasing scores() kernel (docs/design.md §1).
-// Pure rotations (a = 0, RoPE) have |F(t)| = 1 and are accurate at any position.
+// Pure rotations (a = 0, RoPE) have |F(t)| = 1 and are accurate at any position. When a
+// token's factor overflows the arithmetic type, that token is computed exactly instead
+// (rotation first, then the factor by detail::mul_exp, or the encoding's own apply()): a
+// zero component stays 0 (never inf·0 = NaN), a tiny one stays finite when its product is,
+// the others are ±inf. A factor that underflows gives what IEEE arithmetic gives.
 //
 // With OpenMP (-fopenmp), tokens are split statically over threads when the call moves at
 // least detail::encode_kernels::kParallelMinElements elements; the results
@@ -47,6 +51,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <peal/detail/sincos.hpp>
 #include <sstream>
 #include <tuple>
@@ -56,6 +61,7 @@
 
 #include "bank.hpp"
 #include "detail/compiler.hpp"
+#include "detail/exp_poly.hpp"
 #include "detail/storage.hpp"
 #include "basis_change.hpp"
 #include "block_diagonal.hpp"
@@ -367,11 +373,16 @@ class RotationBankKernel {
     angles_sincos(w_hi_, w_lo_, p, n_, sd_.data(), cd_.data());  // of omega * p
     double* PEAL_RESTRICT sd = sd_.data();
     double* PEAL_RESTRICT cd = cd_.data();
+    big_ = false;
     if (!pure_) {
       // Query: A(t)^T = e^{a t} R(omega t); key: A(-s) = e^{-a s} R(omega s).
       double* PEAL_RESTRICT g = gd_.data();
       exp_batch(a_, query_ ? p : -p, n_, g);
-      for (int i = 0; i < n_; ++i) {
+      int big = 0;  // a factor beyond the range of A: rows go through past_range()
+      for (int i = 0; i < n_; ++i) big |= !(g[i] <= double(std::numeric_limits<A>::max()));
+      big_ = big != 0;
+      if (big_) p_ = query_ ? p : -p;
+      for (int i = 0; i < n_ && !big_; ++i) {
         sd[i] *= g[i];
         cd[i] *= g[i];
       }
@@ -392,6 +403,7 @@ class RotationBankKernel {
     }
   }
   PEAL_NOINLINE void inplace(A* x, Index heads, Index xs) {
+    if (big_) return past_range(x, xs, x, xs, heads);
     with_pair_count(n_, [&](auto N) {
       if (interleaved_)
         rotate_heads_interleaved<N()>(x, heads, xs, cc_.data(), ss_.data(), n_);
@@ -400,6 +412,7 @@ class RotationBankKernel {
     });
   }
   PEAL_NOINLINE void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    if (big_) return past_range(x, xs, y, ys, heads);
     with_pair_count(n_, [&](auto N) {
       if (interleaved_)
         rotate_heads_interleaved<N()>(x, xs, y, ys, heads, cc_.data(), ss_.data(), n_);
@@ -409,8 +422,24 @@ class RotationBankKernel {
   }
 
  private:
+  // A token whose factor e^{±a p} is beyond the range of A (detail/exp_poly.hpp, "Past the
+  // range"): rotate in double, then scale exactly, so a zero stays 0 (not inf·0) and a tiny
+  // component stays finite when its product is. Not the hot path.
+  void past_range(const A* x, Index xs, A* y, Index ys, Index heads) const {
+    const int stride = interleaved_ ? 1 : n_, step = interleaved_ ? 2 : 1;
+    for (Index h = 0; h < heads; ++h)
+      for (int i = 0; i < n_; ++i) {
+        const Index j0 = h * xs + Index(step) * i, k0 = h * ys + Index(step) * i;
+        const double x0 = double(x[j0]), x1 = double(x[j0 + stride]);
+        const double c = cd_[std::size_t(i)], s = sd_[std::size_t(i)], e = a_[i] * p_;
+        y[k0] = A(detail::mul_exp(c * x0 - s * x1, e));
+        y[k0 + stride] = A(detail::mul_exp(s * x0 + c * x1, e));
+      }
+  }
+
   int n_;
-  bool interleaved_, query_, pure_ = true;
+  bool interleaved_, query_, pure_ = true, big_ = false;
+  double p_ = 0;
   const double *w_hi_, *w_lo_, *a_;
   std::vector<double> sd_, cd_, gd_;
   std::vector<A> cc_, ss_;
@@ -429,19 +458,35 @@ class RealBankKernel {
         g_(std::size_t(n_)) {}
   int dim() const { return n_; }
   void prepare(double p) {
-    exp_batch(lambda_, query_ ? p : -p, n_, gd_.data());
-    for (int i = 0; i < n_; ++i) g_[std::size_t(i)] = A(gd_[std::size_t(i)]);
+    p_ = query_ ? p : -p;
+    exp_batch(lambda_, p_, n_, gd_.data());
+    int big = 0;  // a factor beyond the range of A: rows go through past_range()
+    for (int i = 0; i < n_; ++i) {
+      g_[std::size_t(i)] = A(gd_[std::size_t(i)]);
+      big |= !(gd_[std::size_t(i)] <= double(std::numeric_limits<A>::max()));
+    }
+    big_ = big != 0;
   }
   PEAL_NOINLINE void inplace(A* x, Index heads, Index xs) {
+    if (big_) return past_range(x, xs, x, xs, heads);
     for (Index h = 0; h < heads; ++h) scale(x + h * xs, g_.data(), n_);
   }
   PEAL_NOINLINE void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    if (big_) return past_range(x, xs, y, ys, heads);
     for (Index h = 0; h < heads; ++h) scale(x + h * xs, y + h * ys, g_.data(), n_);
   }
 
  private:
+  // y = e^{lambda p} x exactly past the range of A (0 stays 0, not inf·0): not the hot path.
+  void past_range(const A* x, Index xs, A* y, Index ys, Index heads) const {
+    for (Index h = 0; h < heads; ++h)
+      for (int i = 0; i < n_; ++i)
+        y[h * ys + i] = A(detail::mul_exp(double(x[h * xs + i]), lambda_[i] * p_));
+  }
+
   int n_;
-  bool query_;
+  bool query_, big_ = false;
+  double p_ = 0;
   const double* lambda_;
   std::vector<double> gd_;
   std::vector<A> g_;
@@ -580,6 +625,10 @@ class DenseKernel {
         ms_.col(j) = col_;
       }
       m_ = ms_.template cast<A>();
+      // An entry beyond the range of A: M x would meet inf·0; rows then go through the
+      // encoding's own apply(), exact past the range (detail/exp_poly.hpp). Not the hot path.
+      big_ = !m_.allFinite();
+      tau_ = tau, transpose_ = transpose;
     } else {
       if (mode_ == Mode::query)
         m_ = Matrix<S>(e_->F(r)).template cast<A>();
@@ -590,6 +639,7 @@ class DenseKernel {
     }
   }
   void inplace(A* x, Index heads, Index xs) {
+    if (big_) return past_range(x, xs, x, xs, heads);
     for (Index h = 0; h < heads; ++h) {
       Eigen::Map<Vector<A>> xm(x + h * xs, d_);
       tmp_.noalias() = m_ * xm;
@@ -597,14 +647,27 @@ class DenseKernel {
     }
   }
   void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    if (big_) return past_range(x, xs, y, ys, heads);
     for (Index h = 0; h < heads; ++h)
       Eigen::Map<Vector<A>>(y + h * ys, d_).noalias() =
           m_ * Eigen::Map<const Vector<A>>(x + h * xs, d_);
   }
 
  private:
+  void past_range(const A* x, Index xs, A* y, Index ys, Index heads) {
+    if constexpr (has_apply<E>::value) {
+      for (Index h = 0; h < heads; ++h) {
+        col_ = Eigen::Map<const Vector<A>>(x + h * xs, d_).template cast<S>();
+        e_->apply(col_, tau_, transpose_);
+        Eigen::Map<Vector<A>>(y + h * ys, d_) = col_.template cast<A>();
+      }
+    }
+  }
+
   const E* e_;
   Mode mode_;
+  bool big_ = false, transpose_ = false;
+  R tau_ = 0;
   int d_;
   Matrix<A> m_;
   Matrix<S> ms_, g0inv_;

@@ -6,9 +6,11 @@
 // encode_key and the reference score q^T A(t-s) k.
 #pragma once
 
+#include <cmath>
 #include <type_traits>
 
 #include "errors.hpp"
+#include "detail/exp_poly.hpp"
 #include "detail/scalar.hpp"
 
 namespace peal {
@@ -32,7 +34,10 @@ class Encoding {
   using Real = real_t<S>;  // type of parameters and positions
 
   /// F(t) = A(t)^T: the query factor.
-  auto F(Real t) const { return typename Derived::MatrixType(derived().A(t).transpose()); }
+  auto F(Real t) const {
+    detail::require_finite(t, "F", "t");
+    return typename Derived::MatrixType(derived().A(t).transpose());
+  }
   /// G(s) = A(-s): the key factor.
   auto G(Real s) const {
     detail::require_finite(s, "G", "s");
@@ -58,7 +63,10 @@ class Encoding {
   }
 
   /// Reference score q^T A(t - s) k, evaluated through the lag t - s (never through
-  /// F(t) and G(s) separately, which overflow for growth/decay at large |t|).
+  /// F(t) and G(s) separately, which overflow for growth/decay at large |t|). The lag must
+  /// be finite (t = 1e308, s = -1e308 are not: invalid_argument). Past the range of S the
+  /// result is ±inf, 0 or the representable value, not NaN (score_past_range), whenever
+  /// the growth over τ/2 is within the range.
   template <class VQ, class VK>
   Scalar score(const VQ& q, Real t, const VK& k, Real s) const {
     const auto& qm = detail::as_eigen(q);
@@ -67,9 +75,35 @@ class Encoding {
     detail::require_size(km.size(), derived().dim(), "score (key)");
     detail::require_finite(t, "score", "t");
     detail::require_finite(s, "score", "s");
+    const Real tau = t - s;
+    detail::require_finite(tau, "score", "t - s");
+    const Vector<S> qq = qm.template cast<S>();
     Vector<S> kk = km.template cast<S>();
-    derived().apply(kk, t - s, /*transpose=*/false);
-    return qm.template cast<S>().dot(kk);
+    derived().apply(kk, tau, /*transpose=*/false);
+    const S direct = qq.dot(kk);
+    if (std::isnormal(direct)) return direct;  // else it may have met inf·0, an overflow
+    return score_past_range(qq, km.template cast<S>(), kk, tau);  // or an underflow
+  }
+
+ private:
+  // q^T (A(tau) k) not a normal number. apply() gives each component of A(tau) k exactly
+  // (±inf past the range, 0 for an exact zero), so first the dot product without 0·inf and
+  // without intermediate overflow (detail::robust_dot). If that is not a normal number
+  // either, the product may be representable although A(tau) k is not (a tiny q against an
+  // overflow, a huge q against an underflow): A(tau) = A(tau/2) A(tau/2), and
+  // u = A(tau/2)^T q, v = A(tau/2) k are finite while the growth over tau/2 is (|growth·tau|
+  // < 2·709 in double). Only beyond that can infinite terms of both signs leave NaN.
+  Scalar score_past_range(const Vector<S>& q, const Vector<S>& k, const Vector<S>& ak,
+                          Real tau) const {
+    const int n = int(q.size());
+    const S first = detail::robust_dot<S>(q, ak, n);
+    if (std::isnormal(first) || !(q.allFinite() && k.allFinite())) return first;
+    Vector<S> u = q, v = k;
+    derived().apply(u, tau / 2, /*transpose=*/true);
+    derived().apply(v, tau / 2, /*transpose=*/false);
+    const S second = detail::robust_dot<S>(u, v, n);
+    if (u.allFinite() && v.allFinite()) return second;
+    return first != first ? second : first;
   }
 
  protected:

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 
 #include "detail/exp_poly.hpp"
 #include "encoding.hpp"
@@ -54,8 +55,13 @@ class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
   void apply(V&& v, Real tau, bool transpose) const {
     Real cr[M];
     detail::exp_poly_coefficients(lambda_, tau, M, cr);
-    S c[M], x[M];
-    for (int j = 0; j < M; ++j) c[j] = S(cr[j]), x[j] = v(j);
+    S c[M], x[M], y[M];
+    bool usual = true;  // every coefficient a normal number of S (or an exact zero)
+    for (int j = 0; j < M; ++j) {
+      c[j] = S(cr[j]), x[j] = v(j);
+      usual = usual && (std::isnormal(c[j]) || (c[j] == 0 && tau == 0 && j > 0));
+    }
+    bool finite = true;
     for (int i = 0; i < M; ++i) {
       S acc = 0;
       if (transpose) {  // (A^T x)_i = sum_{j<=i} c_{i-j} x_j
@@ -63,11 +69,34 @@ class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
       } else {  // (A x)_i = sum_{j>=i} c_{j-i} x_j
         for (int j = i; j < M; ++j) acc += c[j - i] * x[j];
       }
-      v(i) = acc;
+      y[i] = acc;
+      finite = finite && std::isfinite(acc);
     }
+    if (!(usual && finite)) past_range(x, tau, transpose, y);
+    for (int i = 0; i < M; ++i) v(i) = y[i];
   }
 
  private:
+  // A coefficient beyond the range of S (or below it), or a result that overflowed: every
+  // term in scaled form, c_d x_j = (f_d x_j)·2^{e_d} (detail/exp_poly.hpp), summed without
+  // intermediate overflow and rounded once to S. Zero components contribute exactly 0.
+  void past_range(const S* x, Real tau, bool transpose, S* y) const {
+    for (int j = 0; j < M; ++j)
+      if (!std::isfinite(x[j])) return;  // non-finite input: IEEE arithmetic as computed
+    Real f[M], m[M];
+    long e[M], me[M];
+    detail::exp_poly_scaled(lambda_, tau, M, f, e);
+    for (int i = 0; i < M; ++i) {
+      int n = 0;
+      for (int j = 0; j < M; ++j) {
+        const int d = transpose ? i - j : j - i;
+        if (d < 0) continue;
+        m[n] = f[d] * Real(x[j]), me[n] = e[d], ++n;
+      }
+      y[i] = S(detail::ldexp_sum(m, me, n));
+    }
+  }
+
   Real lambda_;
 };
 

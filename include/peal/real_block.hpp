@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "detail/exp_poly.hpp"
 #include "encoding.hpp"
 
 namespace peal {
@@ -34,9 +35,11 @@ class RealBlock : public Encoding<RealBlock<S>, S> {
     return MatrixType::Constant(S(std::exp(lambda_ * tau)));
   }
 
+  /// v <- e^{lambda tau} v; past the range of S the product is still exact: 0 for v = 0,
+  /// finite when representable, ±inf otherwise (detail::mul_exp).
   template <class V>
   void apply(V&& v, Real tau, bool /*transpose: A is 1x1*/) const {
-    v(0) = S(v(0) * std::exp(lambda_ * tau));
+    v(0) = S(detail::mul_exp(Real(v(0)), lambda_ * tau));
   }
 
  private:

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include <peal/detail/angle.hpp>
+#include "detail/exp_poly.hpp"
 #include "encoding.hpp"
 
 namespace peal {
@@ -113,8 +114,10 @@ class RotationBlock : public Encoding<RotationBlock<S>, S> {
 
   MatrixType A(Real tau) const {
     detail::require_finite(tau, "A", "tau");
-    Real gc, gs;
-    scaled_sincos(tau, gs, gc);
+    Real s, c;
+    detail::sincos_of_angle(omega_hi_, omega_lo_, tau, s, c);
+    // e^{a tau} cos, e^{a tau} sin: exact past the range (0 stays 0, never inf·0).
+    const Real gc = detail::mul_exp(c, a_ * tau), gs = detail::mul_exp(s, a_ * tau);
     MatrixType m;
     m << S(gc), S(gs), S(-gs), S(gc);
     return m;
@@ -122,23 +125,22 @@ class RotationBlock : public Encoding<RotationBlock<S>, S> {
 
   template <class V>
   void apply(V&& v, Real tau, bool transpose) const {
-    Real gc, gs;
-    scaled_sincos(tau, gs, gc);
-    if (transpose) gs = -gs;  // A^T = e^{a tau} R(omega tau)
-    const S c = S(gc), s = S(gs), x0 = v(0), x1 = v(1);
-    v(0) = c * x0 + s * x1;
-    v(1) = c * x1 - s * x0;
+    Real s, c;
+    detail::sincos_of_angle(omega_hi_, omega_lo_, tau, s, c);
+    if (transpose) s = -s;  // A^T = e^{a tau} R(omega tau)
+    const Real g = std::exp(a_ * tau);
+    if (std::isnormal(S(g))) {
+      const S gc = S(c * g), gs = S(s * g), x0 = v(0), x1 = v(1);
+      v(0) = gc * x0 + gs * x1;
+      v(1) = gc * x1 - gs * x0;
+    } else {  // e^{a tau} beyond the range of S: rotate, then scale exactly
+      const Real x0 = Real(v(0)), x1 = Real(v(1));
+      v(0) = S(detail::mul_exp(c * x0 + s * x1, a_ * tau));
+      v(1) = S(detail::mul_exp(c * x1 - s * x0, a_ * tau));
+    }
   }
 
  private:
-  // e^{a tau} sin(omega tau), e^{a tau} cos(omega tau)
-  void scaled_sincos(Real tau, Real& gs, Real& gc) const {
-    detail::sincos_of_angle(omega_hi_, omega_lo_, tau, gs, gc);
-    const Real g = std::exp(a_ * tau);
-    gs *= g;
-    gc *= g;
-  }
-
   Real omega_hi_ = 0, omega_lo_ = 0, a_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 
 #include "detail/exp_poly.hpp"
 #include "rotation_block.hpp"
@@ -57,31 +58,80 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
 
   MatrixType A(Real tau) const {
     detail::require_finite(tau, "A", "tau");
-    Real c[M], s, co;
-    detail::exp_poly_coefficients(a_, tau, M, c);
-    detail::sincos_of_angle(omega_hi_, omega_lo_, tau, s, co);
-    MatrixType m = MatrixType::Zero();
-    for (int i = 0; i < M; ++i)
-      for (int j = i; j < M; ++j) {
-        const Real g = c[j - i];
-        m(2 * i, 2 * j) = S(g * co);
-        m(2 * i, 2 * j + 1) = S(g * s);
-        m(2 * i + 1, 2 * j) = S(-g * s);
-        m(2 * i + 1, 2 * j + 1) = S(g * co);
-      }
-    return m;
+    bool usual;
+    return matrix(tau, usual);
   }
 
   template <class V>
   void apply(V&& v, Real tau, bool transpose) const {
-    const MatrixType a = A(tau);
+    bool usual;
+    const MatrixType a = matrix(tau, usual);
     Eigen::Matrix<S, Dim, 1> x;
     for (int i = 0; i < Dim; ++i) x(i) = v(i);
+    Eigen::Matrix<S, Dim, 1> y;
     if (transpose)
-      x = (a.transpose() * x).eval();
+      y = a.transpose() * x;
     else
-      x = (a * x).eval();
-    for (int i = 0; i < Dim; ++i) v(i) = x(i);
+      y = a * x;
+    if (!(usual && a.allFinite() && y.allFinite()) && x.allFinite())
+      y = past_range(x, tau, transpose);
+    for (int i = 0; i < Dim; ++i) v(i) = y(i);
+  }
+
+ private:
+  // A(tau); usual: every c_j = e^{a tau} tau^j / j! is a normal number (or an exact zero),
+  // so the entries c_j·trig need no scaling. Otherwise each entry is (f_j trig)·2^{e_j}
+  // (detail::exp_poly_scaled), exact past the range: 0 stays 0, never inf·0.
+  MatrixType matrix(Real tau, bool& usual) const {
+    Real c[M], s, co;
+    detail::exp_poly_coefficients(a_, tau, M, c);
+    detail::sincos_of_angle(omega_hi_, omega_lo_, tau, s, co);
+    usual = true;
+    for (int j = 0; j < M; ++j)
+      usual = usual && (std::isnormal(c[j]) || (c[j] == 0 && tau == 0 && j > 0));
+    Real f[M];
+    long e[M];
+    if (!usual) detail::exp_poly_scaled(a_, tau, M, f, e);
+    auto entry = [&](int j, Real trig) {
+      if (usual) return S(c[j] * trig);
+      const Real m = f[j] * trig;
+      return S(detail::ldexp_sum(&m, &e[j], 1));
+    };
+    MatrixType m = MatrixType::Zero();
+    for (int i = 0; i < M; ++i)
+      for (int j = i; j < M; ++j) {
+        m(2 * i, 2 * j) = entry(j - i, co);
+        m(2 * i, 2 * j + 1) = entry(j - i, s);
+        m(2 * i + 1, 2 * j) = entry(j - i, -s);
+        m(2 * i + 1, 2 * j + 1) = entry(j - i, co);
+      }
+    return m;
+  }
+  // A(tau) x (or A^T x) when a coefficient or the result is beyond the range: block (i, i+d)
+  // = c_d B with B = [[cos, sin], [-sin, cos]]; the rotated pieces B x_j (B^T x_j) are finite,
+  // each term (f_d (B x_j)_r)·2^{e_d} is summed without intermediate overflow (detail/
+  // exp_poly.hpp) and rounded once to S.
+  Eigen::Matrix<S, Dim, 1> past_range(const Eigen::Matrix<S, Dim, 1>& x, Real tau,
+                                      bool transpose) const {
+    Real s, co, f[M], m[M];
+    long e[M], me[M];
+    detail::sincos_of_angle(omega_hi_, omega_lo_, tau, s, co);
+    detail::exp_poly_scaled(a_, tau, M, f, e);
+    const Real sg = transpose ? -s : s;  // B^T = [[cos, -sin], [sin, cos]]
+    Eigen::Matrix<S, Dim, 1> y;
+    for (int i = 0; i < M; ++i)
+      for (int r = 0; r < 2; ++r) {
+        int n = 0;
+        for (int j = 0; j < M; ++j) {
+          const int d = transpose ? i - j : j - i;
+          if (d < 0) continue;
+          const Real x0 = Real(x(2 * j)), x1 = Real(x(2 * j + 1));
+          const Real bx = r == 0 ? co * x0 + sg * x1 : co * x1 - sg * x0;
+          m[n] = f[d] * bx, me[n] = e[d], ++n;
+        }
+        y(2 * i + r) = S(detail::ldexp_sum(m, me, n));
+      }
+    return y;
   }
 
  private:

@@ -141,6 +141,16 @@ inline double max_half_spread(double rate, int degree, double exp_budget, double
 
 // The coders (coder_t<C, E>, scores_split<C, E>): detail/scores_coders.hpp.
 
+/// scale·γ_h^τ·v − m_h τ: the options applied to a score v = q^T A(τ) k. γ^τ by mul_exp
+/// (detail/exp_poly.hpp), so that past the range a zero score stays 0 (not 0·inf) and only
+/// a product beyond the range is ±inf.
+inline double finish_score(double v, Index h, double tau, const ScoreOptions& opt) {
+  v *= opt.scale;
+  if (!opt.decay.empty()) v = mul_exp(v, std::log(opt.decay[std::size_t(h)]) * tau);
+  if (!opt.alibi_slopes.empty()) v -= opt.alibi_slopes[std::size_t(h)] * tau;
+  return v;
+}
+
 // ---- Per-thread arena ----------------------------------------------------------------------
 /// A pointer into the arena (what the workspace hands out instead of std::vector).
 template <class T>
@@ -297,7 +307,7 @@ class ScoresRun {
  public:
   ScoresRun(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
             const Positions& tk, const TensorView<Out>& out, const ScoreOptions& opt)
-      : coder_(enc), poly_(enc), q_(q), k_(k), out_(out), opt_(opt) {
+      : enc_(&enc), coder_(enc), poly_(enc), q_(q), k_(k), out_(out), opt_(opt) {
     d_ = q.dim();
     Hq_ = q.heads();
     Hk_ = k.heads();
@@ -330,6 +340,10 @@ class ScoresRun {
     const int deg = coder_.degree();
     const double h =
         max_half_spread(rate, deg, rebase_limits<C>::exp_budget, rebase_limits<C>::poly_budget);
+    // Tiles whose factors reach this may have scores past the range of C (fix_tile): the
+    // rebased rows carry e^θ each, and 2^64 is left for the data.
+    risky_limit_ = std::ldexp(double(std::numeric_limits<C>::max()),
+                              -int(2 * rebase_limits<C>::exp_budget / std::log(2.0)) - 64);
     // Default tiles: 256 queries x 512 keys (fewer, larger GEMM calls amortise Eigen's
     // packing), fewer for large d so that an encoded key tile stays within 256 KiB.
     const Index cb = Index(sizeof(C)) * std::max<Index>(d_, 1);
@@ -853,11 +867,58 @@ class ScoresRun {
             ldb = d;
           }
           product(ws, h, I, J, a, lda, bk, ldb, C(alpha), mask);
+          if (const int r = risky(qcoef, alpha)) fix_tile(h, I, J, r == 2);
         }
       }
     }
   }
 
+  // Whether a tile pair's constant factors (the cross coefficients, alpha with the decay
+  // γ^(T_I − S_J)) may have taken its scores past the range of C: 0 no, 1 yes (its
+  // non-finite scores are recomputed), 2 a coefficient near DBL_MAX, where the coders clamp
+  // e^{aδ} to stay finite (every score of the tile is recomputed).
+  int risky(const C* coef, double alpha) const {
+    constexpr double clamp_zone = std::is_same<C, double>::value
+                                      ? std::numeric_limits<double>::max() / 0x1p64
+                                      : std::numeric_limits<double>::infinity();
+    double cmax = 1;
+    if (coef) {
+      cmax = 0;
+      for (int c = 0; c < coef_; ++c) {
+        const double v = std::abs(double(coef[c]));
+        if (!(v < clamp_zone)) return 2;
+        cmax = std::max(cmax, v);
+      }
+    }
+    return std::abs(alpha) * cmax <= risky_limit_ ? 0 : 1;
+  }
+  // The scores of a risky tile that are not finite (all of them when `all`), again per pair
+  // from the encoding's own score(), which is exact past the range (±inf, 0 for an exact
+  // zero, or the representable value; encoding.hpp). Not the hot path: only tiles with
+  // factors beyond ~2^704 (double arithmetic) or ~2^32 (float) are scanned.
+  void fix_tile(Index h, Index I, Index J, bool all) const {
+    using S = typename E::Scalar;
+    const Index i0 = qp_.begin[std::size_t(I)], m = qp_.rows(I);
+    const Index j0 = kp_.begin[std::size_t(J)], n = kp_.rows(J);
+    Vector<S> qv(d_), kv(d_);
+    for (Index i = 0; i < m; ++i) {
+      const double t = t_[std::size_t(i0 + i)];
+      bool loaded = false;
+      for (Index j = 0; j < n; ++j) {
+        const double s = s_[std::size_t(j0 + j)];
+        Out& o = out_(h, i0 + i, j0 + j);
+        if ((opt_.causal && s > t) || (!all && std::isfinite(double(o)))) continue;
+        if (!loaded)
+          for (Index e = 0; e < d_; ++e) qv(e) = S(to_arith<double>(q_(i0 + i, h, e)));
+        loaded = true;
+        for (Index e = 0; e < d_; ++e) kv(e) = S(to_arith<double>(k_(j0 + j, h / G_, e)));
+        o = Out(finish_score(double(enc_->score(qv, t, kv, s)), h, t - s, opt_));
+      }
+    }
+  }
+
+  const E* enc_;
+  double risky_limit_ = 0;
   K coder_;
   PE poly_;
   TensorView<Tq> q_;
@@ -964,10 +1025,7 @@ void scores_reference(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
           continue;
         }
         for (Index e = 0; e < d; ++e) kv(e) = S(sk::to_arith<double>(k(j, h / G, e)));
-        double v = opt.scale * double(enc.score(qv, t, kv, s));
-        if (!opt.decay.empty()) v *= std::exp(std::log(opt.decay[std::size_t(h)]) * (t - s));
-        if (!opt.alibi_slopes.empty()) v -= opt.alibi_slopes[std::size_t(h)] * (t - s);
-        out(h, i, j) = Out(v);
+        out(h, i, j) = Out(sk::finish_score(double(enc.score(qv, t, kv, s)), h, t - s, opt));
       }
     }
 }

@@ -1,26 +1,31 @@
-// Angle reduction for rotation blocks: r ≡ (w_hi + w_lo) · t  (mod 2π), |r| ≲ π.
+// Angle reduction for rotation blocks: r ≡ (w_hi + w_lo) · t  (mod 2π), |r| ≤ π + 0.06.
 //
 // A RotationBlock's phase is ω t (docs/design.md §1). The frequency is held as an
 // unevaluated sum ω = w_hi + w_lo of two doubles and the position t is any double, so the
-// phase is known exactly; it can be huge (|ω t| ≈ 2^60 for nanosecond timestamps at ω = 1).
-// Forming ω t in float32, as many engines do, is off by 0.05–0.2 rad at t = 1e6. Here the
-// product is formed exactly with error-free transformations and reduced mod 2π with an
-// absolute error of at most ulp(r)/2 + 2^-57 (≤ 2.3e-16 rad) for |ω t| ≤ 2^64, so
-// sin/cos of the phase are right to ~3e-16 absolute at any position (docs/numerics.md,
-// "Angles"; derivation below and in the comments of each function).
+// phase is known exactly; it can be huge (|ω t| ≈ 2^60 for nanosecond timestamps at ω = 1,
+// and up to 2^2048 for ω, t near DBL_MAX). Forming ω t in float32, as many engines do, is
+// off by 0.05–0.2 rad at t = 1e6. Here the product is formed exactly and reduced mod 2π
+// with an absolute error of at most ulp(r)/2 + 2^-57 (≤ 2.3e-16 rad) for EVERY finite
+// w_hi, w_lo and t, with or without hardware FMA, so sin/cos of the phase are right to
+// ~3.5e-16 absolute at any position (docs/numerics.md, "Angles"; derivation below and in
+// the comments of each function).
 //
-// Two algorithms, both branch free so that loops over many angles vectorize:
+// Three algorithms; the first two are branch free so that loops over many angles vectorize:
 //  - reduced_angle_cody_waite: |w_hi t| ≤ 2^45 (every RoPE angle with |t| ≤ 3.5e13):
 //    Cody–Waite subtraction of k · 2π, ~12 flops.
-//  - reduced_angle_turns: any finite input (same bound to |ω t| ≤ 2^64, 6e-16 at 2^100):
-//    the phase is converted to turns with a triple-double 1/(2π) and integer parts are
-//    dropped exactly (Payne–Hanek in miniature), ~75 flops.
-// reduced_angle() picks one per call; detail/sincos.hpp picks one per batch.
+//  - reduced_angle_turns: |w_hi t| ≤ 2^64 (same bound; it stays finite for any input but
+//    loses accuracy beyond, 6e-16 at 2^100): the phase is converted to turns with a
+//    triple-double 1/(2π) and integer parts are dropped exactly, ~75 flops.
+//  - reduced_angle_exact (detail/angle_exact.hpp): every finite input, Payne–Hanek
+//    reduction in integer arithmetic with 33,024 bits of 1/(2π), ~55 ns.
+// reduced_angle() picks one per call; detail/sincos.hpp picks one per batch. The fast paths
+// are used only where their error-free products are exact (see fast_path_bound).
 //
 // Requirements: IEEE double arithmetic without reassociation (no -ffast-math /
 // -fassociative-math, FLT_EVAL_METHOD == 0, i.e. not the x87 unit of 32-bit x86). With
 // hardware FMA (PEAL_DETAIL_HAS_FMA) exact products take 2 flops; otherwise Dekker's
-// product (17 flops, exact while |operands| < 2^995) is used, never a libm call.
+// product (17 flops, exact while |operands| ≤ 2^995, beyond which the exact path takes
+// over) is used, never a libm call.
 #pragma once
 
 #include <cfloat>
@@ -45,8 +50,22 @@
 #endif
 #endif
 
+// The bodies below differ with PEAL_DETAIL_HAS_FMA. An inline namespace named after it keeps
+// translation units compiled with and without FMA from sharing (ODR-merging) them; this is
+// how tests/test_angle_nofma.cpp checks the Dekker build inside an FMA build (the exact path
+// of detail/angle_exact.hpp, FMA-free by construction, is tagged too, so that the test
+// compares two compilations of it).
+#if PEAL_DETAIL_HAS_FMA
+#define PEAL_DETAIL_FMA_NAMESPACE with_fma
+#else
+#define PEAL_DETAIL_FMA_NAMESPACE without_fma
+#endif
+
+#include "angle_exact.hpp"
+
 namespace peal {
 namespace detail {
+inline namespace PEAL_DETAIL_FMA_NAMESPACE {
 
 // ---- Error-free transformations ----------------------------------------------------------
 namespace eft {
@@ -112,8 +131,40 @@ inline constexpr double inv_two_pi_1 = 0x1.45f306dc9c883p-3;
 inline constexpr double inv_two_pi_2 = -0x1.6b01ec5417056p-57;
 inline constexpr double inv_two_pi_3 = -0x1.6447e493ad4cep-111;
 
-/// reduced_angle_cody_waite is valid for |fl(w_hi t)| ≤ this bound.
+// ---- Domains of the fast paths (tested through fast_path_bound below) --------------------
+/// reduced_angle_cody_waite: |fl(w_hi t)| ≤ 2^45 and |fl(w_lo t)| ≤ 2^-7 (its tail analysis;
+/// a normalized pair within the first limit has |w_lo t| ≤ 2^-52 |w_hi t| ≤ 2^-7).
 inline constexpr double cody_waite_limit = 0x1p45;
+/// reduced_angle_turns keeps the bound ulp(r)/2 + 2^-57 for |fl(w_hi t)| ≤ 2^64 and
+/// |fl(w_lo t)| ≤ 2^12 (its analysis below with Q = 64 needs |w_lo t| ≤ 2^(Q−52)).
+inline constexpr double turns_limit = 0x1p64;
+/// Without FMA, Dekker's split of an operand x overflows once |x|·(2^27 + 1) > DBL_MAX; the
+/// fast paths need |w_hi|, |w_lo|, |t| ≤ dekker_limit (with FMA there is no such limit).
+inline constexpr double dekker_limit = 0x1p995;
+
+/// |t| for fast_path_bound; +Inf when t is beyond dekker_limit (no FMA) or not finite.
+inline double fast_path_t(double t) {
+  const double a = std::fabs(t);
+#if PEAL_DETAIL_HAS_FMA
+  return a;
+#else
+  return a <= dekker_limit ? a : std::numeric_limits<double>::infinity();
+#endif
+}
+/// max(|w_hi|, 2^52 |w_lo|)·|t| (abs_t = fast_path_t(t)): the Cody–Waite path is valid when
+/// it is ≤ cody_waite_limit, the turns path when it is ≤ turns_limit (both limits on w_lo are
+/// 2^-52 times those on w_hi, and scaling by 2^52 commutes with rounding). +Inf or NaN when
+/// an operand is beyond dekker_limit (no FMA; 2^52 |w_lo| is already +Inf for
+/// |w_lo| > 2^971), so that both tests fail. A NaN w_lo passes them; either path then
+/// returns NaN.
+inline double fast_path_bound(double w_hi, double w_lo, double abs_t) {
+  const double wh = std::fabs(w_hi), wl = 0x1p52 * std::fabs(w_lo);
+  double w = wh < wl ? wl : wh;
+#if !PEAL_DETAIL_HAS_FMA
+  w = wh <= dekker_limit ? w : std::numeric_limits<double>::infinity();
+#endif
+  return w * abs_t;
+}
 
 /// (hi, lo) with hi = fl(w) and lo = fl(w - hi). The subtraction is exact (it cancels the
 /// leading 53 bits), so hi + lo == w exactly when long double has ≤ 106 bits (x87: 64), and
@@ -200,12 +251,14 @@ inline double reduced_angle_turns(double w_hi, double w_lo, double t) {
 }
 
 /// r ≡ (w_hi + w_lo) t (mod 2π), |r| < 3.2, |r - exact| ≤ ulp(r)/2 + 2^-57 ≤ 2.3e-16
-/// for |ω t| ≤ 2^64 (≤ 6e-16 up to 2^100). Picks the Cody–Waite path when it is valid.
-/// NaN or ±Inf t (or a product that overflows) gives NaN; callers check.
-/// (w_hi, w_lo) must be normalized, |w_lo| ≤ 2^-52 |w_hi|, as split() returns.
+/// for every finite w_hi, w_lo, t (normalized pairs or not): the Cody–Waite path, else the
+/// turns path, where they are valid, else the exact Payne–Hanek path (detail/angle_exact.hpp,
+/// ≤ ulp(r)/2 + 2^-122). NaN or ±Inf in gives NaN; callers check.
 inline double reduced_angle(double w_hi, double w_lo, double t) {
-  return std::fabs(w_hi * t) <= cody_waite_limit ? reduced_angle_cody_waite(w_hi, w_lo, t)
-                                                 : reduced_angle_turns(w_hi, w_lo, t);
+  const double x = fast_path_bound(w_hi, w_lo, fast_path_t(t));
+  if (x <= cody_waite_limit) return reduced_angle_cody_waite(w_hi, w_lo, t);
+  if (x <= turns_limit) return reduced_angle_turns(w_hi, w_lo, t);
+  return reduced_angle_exact(w_hi, w_lo, t);
 }
 
 // ---- long double -------------------------------------------------------------------------
@@ -225,7 +278,8 @@ inline constexpr long double two_pi_3l = two_pi_3;
 #endif
 
 /// r ≡ w t (mod 2π) in long double, |r| ≤ π + 0.4, |r - exact| ≤ ulp(r)/2 + 2^-64
-/// (≈ 2.5e-19 on x87) for |w t| ≤ 2^62. NaN or ±Inf in, NaN out.
+/// (≈ 2.5e-19 on x87) for |w t| ≤ 2^62 and |w|, |t| ≤ remainder_limit_ld. NaN or ±Inf in,
+/// NaN out. reduced_angle(long double, long double) below covers every other input.
 ///
 /// Not simply w*t for sinl: the rounding of w*t alone is 2^-64 |w t| (6e-8 rad at 2^40),
 /// however well sinl reduces its argument. Instead:
@@ -236,7 +290,7 @@ inline constexpr long double two_pi_3l = two_pi_3;
 ///  - r = r0 + ((e - n·two_pi_2l) - n·two_pi_3l): |e| ≤ ulp(p)/2 ≤ 2^-2, |n·two_pi_2l| ≤
 ///    2^-3.7 at |w t| = 2^62; the tail's roundings are ≤ 2^-66 each.
 /// Beyond 2^62 (or if |r| > 4 for any reason) one more remainder() keeps |r| ≤ π.
-inline long double reduced_angle(long double w, long double t) {
+inline long double reduced_angle_remainder(long double w, long double t) {
   long double p, e;
   eft::two_prod_dekker(w, t, p, e);
   const long double r0 = std::remainder(p, two_pi_1l);
@@ -246,5 +300,21 @@ inline long double reduced_angle(long double w, long double t) {
   return r;
 }
 
+/// Dekker's split in long double (splitter 2^⌈digits/2⌉ + 1) overflows for operands above this.
+inline constexpr long double remainder_limit_ld =
+    LDBL_MAX /
+    static_cast<long double>(1ULL << ((std::numeric_limits<long double>::digits + 1) / 2 + 1));
+
+/// r ≡ w t (mod 2π) in long double for every finite w and t: |r - exact| ≤ ulp(r)/2 + 2^-64
+/// (reduced_angle_remainder for |w t| ≤ 2^62, else the exact path, ≤ ulp(r)/2 + 2^-122).
+/// NaN or ±Inf in, NaN out.
+inline long double reduced_angle(long double w, long double t) {
+  if (std::fabs(w * t) <= 0x1p62L && std::fabs(w) <= remainder_limit_ld &&
+      std::fabs(t) <= remainder_limit_ld)
+    return reduced_angle_remainder(w, t);
+  return reduced_angle_exact(w, t);
+}
+
+}  // namespace PEAL_DETAIL_FMA_NAMESPACE
 }  // namespace detail
 }  // namespace peal

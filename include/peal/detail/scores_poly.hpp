@@ -21,6 +21,11 @@
 // the tile plan), f = scale · e^{λ'α} with α = τ − β_x (the score's own magnitude within e^θ).
 // τ is formed as α + β_x in the arithmetic type when both are exact there (evenly spaced
 // positions), else as t_i − s_j in double rounded once: never from rounded large terms.
+//
+// Past the range: when a bound on a line's terms, |f| max|q| max|V| M Σ_m τmax^m/m!, is not
+// below a quarter of the largest C (f = e^{λ'α} beyond the range, huge τ or data), the line
+// is evaluated per pair in long double without f and multiplied by e^{λ'α} exactly
+// (detail::mul_exp): ±inf, 0 for an exact zero, or the representable value, never inf·0.
 #pragma once
 
 #include <Eigen/Core>
@@ -36,6 +41,7 @@
 
 #include "../block_diagonal.hpp"
 #include "compiler.hpp"
+#include "exp_poly.hpp"
 #include "../jordan_block.hpp"
 #include "../view.hpp"
 
@@ -53,8 +59,9 @@ template <class... Parts>
 struct any_poly_part : std::integral_constant<bool, (false || ... || is_poly_part<Parts>::value)> {
 };
 
-/// Coder (see scores.hpp) of a part evaluated per pair: its coordinates of the GEMM operands
-/// are zero. Its growth rate enters the tile plan through PolyEpilogue::rate().
+/// Coder (the interface of detail/scores_coders.hpp) of a part evaluated per pair: its
+/// coordinates of the GEMM operands are zero. Its growth rate enters the tile plan through
+/// PolyEpilogue::rate().
 template <class C>
 class ZeroCoder {
  public:
@@ -91,6 +98,8 @@ struct PolyWork {
   double* w = nullptr;    // scratch: e^{λ'β_x}
   C* tau = nullptr;       // scratch: τ_x of one line when not formed as α + β_x
   Index ld = 0, n = 0;
+  double vmax = 0;    // max |V_b[x]| over the parts (bounds the terms of a line)
+  double posmax = 0;  // max |pos[x]|: |τ| ≤ |p| + posmax
   double anchor = 0;  // β_x = pos[x] + anchor
   double lng = 0;     // ln γ_h the vector side was scaled with
   bool exact = false;
@@ -164,13 +173,16 @@ class PolyEpilogue {
                bool transpose, PolyWork<C>& w) const {
     w.n = n, w.anchor = anchor, w.lng = lng;
     bool exact = true;  // (only used in float: in double τ = p + pos[x] costs the same)
+    double posmax = 0, vmax = 0;
     for (Index x = 0; x < n; ++x) {
       const double px = sign * pos[x], b = px + anchor;
       w.pos[x] = px;
       w.beta[x] = C(b);
       exact = exact && exact_sum(px, anchor, b) && double(C(b)) == b;
+      posmax = std::max(posmax, std::abs(px));
     }
     w.exact = exact;
+    w.posmax = posmax;
     each([&](auto I) {
       using P = part_t<decltype(I)::value>;
       if constexpr (is_poly_part<P>::value) {
@@ -183,10 +195,14 @@ class PolyEpilogue {
         for (int b = 0; b < M; ++b) {
           const int c = o + (transpose ? M - 1 - b : b);
           C* PEAL_RESTRICT v = V + b * w.ld;
-          for (Index x = 0; x < n; ++x) v[x] = C(w.w[x] * get(x, c));
+          for (Index x = 0; x < n; ++x) {
+            v[x] = C(w.w[x] * get(x, c));
+            vmax = std::max(vmax, double(std::abs(v[x])));  // NaN data: NaN stays out
+          }
         }
       }
     });
+    w.vmax = vmax;
   }
 
   /// o[x] += the polynomial terms of the pairs (broadcast row, vector row x) for x < w.n:
@@ -209,9 +225,21 @@ class PolyEpilogue {
         constexpr int M = P::Dim;
         const int o0 = off_[I];
         const double lt = lambda_[I] + w.lng;
-        const double f = scale * (lt == 0 ? 1.0 : std::min(std::exp(lt * a), kBig));
-        double y[M];
-        for (int c = 0; c < M; ++c) y[c] = f * get(o0 + c);
+        const double f = scale * (lt == 0 ? 1.0 : std::exp(lt * a));
+        double y[M], qmax = 0;
+        for (int c = 0; c < M; ++c)
+          y[c] = f * get(o0 + c), qmax = std::max(qmax, std::abs(get(o0 + c)));
+        // A bound on every term of the line (Σ_b |V_b| Σ_m |R_{b,m}| |τ|^m); past a quarter of
+        // the largest C (or not finite), the exact per-pair form instead.
+        const double tmax = (std::abs(p) + w.posmax) * (1 + 0x1p-40);
+        double poly = 0, pw = 1;
+        for (int m = 0; m < M; ++m) poly += pw, pw *= tmax / double(m + 1);
+        const double bound = std::abs(f) * qmax * w.vmax * M * poly;
+        if (!(bound <= 0.25 * double(std::numeric_limits<C>::max()))) {
+          past_range_line<M>(get, o0, p, scale, lt * a, transpose, w,
+                             w.soa + Index(rows_[I]) * w.ld, o);
+          return;
+        }
         C R[M * M];
         double inv_fact = 1;  // 1/m!
         for (int m = 0; m < M; ++m) {
@@ -226,6 +254,31 @@ class PolyEpilogue {
 
  private:
   static constexpr double kBig = std::numeric_limits<double>::max();
+
+  // o[x] += scale e^{x_exp} Σ_b V_b[x] Σ_{m≤b} q_{idx}/m! τ_x^m, per pair in long double (its
+  // range holds τ^m and the products for any double τ and moderate M), the factor applied
+  // by mul_exp; terms with a zero factor are skipped (their exact value is 0).
+  template <int M, class Get>
+  static void past_range_line(Get& get, int o0, double p, double scale, double x_exp,
+                              bool transpose, const PolyWork<C>& w, const C* V, C* o) {
+    using L = long double;
+    for (Index x = 0; x < w.n; ++x) {
+      const L tau = L(p) + L(w.pos[x]);
+      L sum = 0;
+      for (int b = 0; b < M; ++b) {
+        const L vb = L(V[b * w.ld + x]);
+        if (vb == 0) continue;
+        L pw = 1, inner = 0, inv_fact = 1;
+        for (int m = 0; m <= b; ++m) {
+          if (m > 0) pw *= tau, inv_fact /= L(m);
+          const L q = L(get(o0 + (transpose ? M - 1 - b + m : b - m)));
+          if (q != 0) inner += q * inv_fact * pw;
+        }
+        if (inner != 0) sum += vb * inner;
+      }
+      if (sum != 0) o[x] += C(mul_exp(L(scale) * sum, L(x_exp)));
+    }
+  }
 
   template <std::size_t... I>
   PolyEpilogue(const BlockDiagonal<Parts...>& bd, std::index_sequence<I...>)

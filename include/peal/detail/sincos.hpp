@@ -6,9 +6,10 @@
 // for |r| ≤ 2^20 (docs/numerics.md, "Angles").
 //
 // angles_sincos(w_hi, w_lo, t, n, s, c): s_i, c_i = sin, cos((w_hi_i + w_lo_i) t), the
-// reduction of detail/angle.hpp followed by sincos_reduced, ≤ 3.5e-16 absolute for
-// |ω t| ≤ 2^64. Everything is straight-line arithmetic without libm calls, so the loops
-// auto-vectorize (g++/clang++ -O3 with AVX2+FMA or AVX-512: vfmadd…pd on ymm/zmm).
+// reduction of detail/angle.hpp followed by sincos_reduced, ≤ 3.5e-16 absolute for every
+// finite input. The two fast paths are straight-line arithmetic without libm calls, so their
+// loops auto-vectorize (g++/clang++ -O3 with AVX2+FMA or AVX-512: vfmadd…pd on ymm/zmm);
+// a batch with a phase beyond them (|ω t| > 2^64) is reduced element by element.
 #pragma once
 
 #include <cmath>
@@ -16,6 +17,7 @@
 
 namespace peal {
 namespace detail {
+inline namespace PEAL_DETAIL_FMA_NAMESPACE {  // see detail/angle.hpp
 
 // π/2 = pio2_1 + pio2_2 + O(2^-109); 2/π rounded.
 inline constexpr double pio2_1 = 0x1.921fb54442d18p+0;
@@ -72,36 +74,51 @@ inline void sincos_reduced(double r, double& s, double& c) {
   c = cos_x * cq - sin_x * sq;
 }
 
-/// Body of angles_sincos for one output type. The path is chosen once per call: t is shared,
-/// and the Cody–Waite path needs |fl(w_hi_i t)| = fl(|w_hi_i| |t|) ≤ 2^45 for every i. The
-/// test is an OR of flags (a max of doubles does not vectorize without -ffast-math). A NaN t,
-/// NaN frequency or 0·Inf fails it and takes the turns path, which returns NaN for those.
+/// Body of angles_sincos for one output type. The path is chosen once per call (t is shared):
+/// the Cody–Waite path when fast_path_bound(w_hi_i, w_lo_i, |t|) ≤ 2^45 for every i, else the
+/// turns path when it is ≤ 2^64 for every i, else reduced_angle element by element (the
+/// exact path for the phases beyond 2^64). The tests are ORs of flags (a max over i does not
+/// vectorize without -ffast-math); the second is only evaluated when the first fails. A NaN
+/// or infinite t, a NaN w_hi or 0·Inf fail both and come out NaN (so does a NaN w_lo).
 template <class Out>
 inline void angles_sincos_impl(const double* w_hi, const double* w_lo, double t, int n, Out* s,
                                Out* c) {
-  const double abs_t = std::fabs(t);
-  int turns = 0;
-  for (int i = 0; i < n; ++i) turns |= !(std::fabs(w_hi[i]) * abs_t <= cody_waite_limit);
-  if (!turns) {
+  const double abs_t = fast_path_t(t);
+  int not_cw = 0;
+  for (int i = 0; i < n; ++i)
+    not_cw |= !(fast_path_bound(w_hi[i], w_lo[i], abs_t) <= cody_waite_limit);
+  if (!not_cw) {
     for (int i = 0; i < n; ++i) {
       double si, ci;
       sincos_reduced(reduced_angle_cody_waite(w_hi[i], w_lo[i], t), si, ci);
       s[i] = static_cast<Out>(si);
       c[i] = static_cast<Out>(ci);
     }
-  } else {
+    return;
+  }
+  int not_turns = 0;
+  for (int i = 0; i < n; ++i)
+    not_turns |= !(fast_path_bound(w_hi[i], w_lo[i], abs_t) <= turns_limit);
+  if (!not_turns) {
     for (int i = 0; i < n; ++i) {
       double si, ci;
       sincos_reduced(reduced_angle_turns(w_hi[i], w_lo[i], t), si, ci);
       s[i] = static_cast<Out>(si);
       c[i] = static_cast<Out>(ci);
     }
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    double si, ci;
+    sincos_reduced(reduced_angle(w_hi[i], w_lo[i], t), si, ci);
+    s[i] = static_cast<Out>(si);
+    c[i] = static_cast<Out>(ci);
   }
 }
 
 /// s[i] = sin((w_hi[i] + w_lo[i]) t), c[i] = cos(…), i < n: one position, n frequencies
-/// (a RoPE bank at one token). |error| ≤ 3.5e-16 for |ω t| ≤ 2^64. NaN/Inf t gives NaN.
-/// Frequencies must be normalized pairs (split()). s and c must not overlap the inputs.
+/// (a RoPE bank at one token). |error| ≤ 3.5e-16 for every finite input (frequency pairs
+/// need not be normalized). NaN/Inf t gives NaN. s and c must not overlap the inputs.
 inline void angles_sincos(const double* w_hi, const double* w_lo, double t, int n, double* s,
                           double* c) {
   angles_sincos_impl(w_hi, w_lo, t, n, s, c);
@@ -113,5 +130,6 @@ inline void angles_sincos(const double* w_hi, const double* w_lo, double t, int 
   angles_sincos_impl(w_hi, w_lo, t, n, s, c);
 }
 
+}  // namespace PEAL_DETAIL_FMA_NAMESPACE
 }  // namespace detail
 }  // namespace peal
