@@ -657,3 +657,60 @@ static_assert(std::is_same<ek::kernel_t<float, RopeD>, ek::kernel_t<float, RopeD
 static_assert(!std::is_same<ek::kernel_t<float, RopeD>, ek::DenseKernel<float, RopeD>>::value,
               "RopeEncoding must not take the dense fallback");
 }  // namespace
+
+// ---- Overlap of source and destination (out of place) ---------------------------------------
+// Out of place, the kernels read each source row after earlier rows of the destination were
+// written: a destination four floats into the source was wrong by up to 4. Partial overlap is
+// rejected before anything is written; the very same view is the in-place call; views in
+// adjacent memory are independent.
+TEST_CASE("encode: out of place, a destination overlapping the source is rejected",
+          "[encode][overlap]") {
+  using Catch::Contains;
+  std::mt19937_64 rng(77);
+  for (Layout layout : {Layout::Interleaved, Layout::HalfSplit}) {
+    const auto enc = rope_bank(16, 10000.0, layout);
+    const Index T = 5, H = 3, D = enc.dim(), n = T * H * D;
+    const std::vector<double> pv = irregular(T, 2.0, rng);
+    std::vector<float> buf = random_buffer<float>(3 * n, rng);
+    const std::vector<float> saved = buf;
+    float* base = buf.data() + n;
+    const TensorView<const float> src(base, T, H, D);
+    for (Index shift : {Index(4), Index(-4), Index(n - 1), Index(1 - n), Index(0)}) {
+      INFO("destination " << shift << " floats from the source");
+      if (shift == 0) {  // same memory, another layout (heads reversed): not the same view
+        const TensorView<float> dst(base + (H - 1) * D, T, H, D, Strides{H * D, -D, 1});
+        CHECK_THROWS_WITH(peal::encode_queries(enc, src, dst, pv), Contains("overlap"));
+        continue;
+      }
+      const TensorView<float> dst(base + shift, T, H, D);
+      CHECK_THROWS_WITH(peal::encode_queries(enc, src, dst, pv),
+                        Contains("encode_queries") && Contains("overlap"));
+      CHECK_THROWS_WITH(peal::encode_keys(enc, src, dst, pv),
+                        Contains("encode_keys") && Contains("overlap"));
+      CHECK_THROWS_WITH(peal::shift_keys(enc, src, dst, 3.0),
+                        Contains("shift_keys") && Contains("overlap"));
+    }
+    // Another storage type on the same bytes overlaps too (half over the first floats).
+    const TensorView<Eigen::half> as_half(reinterpret_cast<Eigen::half*>(base), T, H, D);
+    CHECK_THROWS_WITH(peal::encode_keys(enc, src, as_half, pv), Contains("overlap"));
+    CHECK(std::equal(buf.begin(), buf.end(), saved.begin()));  // nothing written by a rejected call
+
+    // Adjacent destinations (just before and just after the source) are accepted and give
+    // the same bits as a separate destination.
+    std::vector<float> sep(std::size_t(n), 0.0f);
+    peal::encode_queries(enc, src, TensorView<float>(sep.data(), T, H, D), pv);
+    for (float* d : {buf.data(), buf.data() + 2 * n}) {
+      peal::encode_queries(enc, src, TensorView<float>(d, T, H, D), pv);
+      CHECK(std::equal(sep.begin(), sep.end(), d));
+    }
+    // The same view as source and destination is the in-place call.
+    std::vector<float> a(saved.begin() + n, saved.begin() + 2 * n), b = a;
+    const TensorView<float> va(a.data(), T, H, D), vb(b.data(), T, H, D);
+    peal::encode_keys(enc, TensorView<const float>(va), va, pv);
+    peal::encode_keys(enc, vb, pv);
+    CHECK(a == b);
+    peal::shift_keys(enc, TensorView<const float>(va), va, 2.5);
+    peal::shift_keys(enc, vb, 2.5);
+    CHECK(a == b);
+  }
+}

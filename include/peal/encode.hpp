@@ -49,6 +49,7 @@
 #include <cstring>
 #include <peal/detail/sincos.hpp>
 #include <sstream>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -56,6 +57,7 @@
 
 #include "bank.hpp"
 #include "detail/compiler.hpp"
+#include "detail/overlap.hpp"
 #include "detail/storage.hpp"
 #include "basis_change.hpp"
 #include "block_diagonal.hpp"
@@ -700,7 +702,8 @@ void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD
       }
       if constexpr (same_types) {
         if (direct) {
-          if (static_cast<const void*>(s) == static_cast<const void*>(d) && shs == dhs)
+          const bool same = static_cast<const void*>(s) == static_cast<const void*>(d);
+          if (same && (H == 1 || shs == dhs))
             k.inplace(d, H, dhs);
           else
             k.copy(s, shs, d, dhs, H);
@@ -749,13 +752,20 @@ void check_views(const E& enc, const TensorView<TS>& src, const TensorView<TD>& 
     os << where << ": view has dim " << dst.dim() << ", the encoding acts on size " << enc.dim();
     fail(os.str());
   }
+  // Rows are read after earlier rows of dst were written: dst must not share memory with
+  // src, unless it is the very same view (the in-place call). Byte ranges are compared
+  // (detail/overlap.hpp), so interleaved but disjoint views are rejected too.
+  if (!same_elements(src, dst) && may_overlap(src, dst))
+    fail(std::string(where) +
+         ": source and destination overlap (out of place they must not share memory; pass "
+         "the same view as both to encode in place)");
 }
 
 }  // namespace encode_kernels
 }  // namespace detail
 
 /// dst[i,h,:] <- F(t_i) src[i,h,:]. src and dst have the same extents and do not overlap
-/// (unless they are the same view, which is then encoded in place).
+/// (unless they are the same view, which is then encoded in place); partial overlap throws.
 template <class E, class TS, class TD>
 void encode_queries(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Positions& pos) {
   namespace k = detail::encode_kernels;
@@ -770,7 +780,7 @@ void encode_queries(const E& enc, TensorView<T> q, const Positions& pos) {
   encode_queries(enc, q, q, pos);
 }
 
-/// dst[i,h,:] <- G(s_i) src[i,h,:]; same extents, no overlap (or the same view).
+/// dst[i,h,:] <- G(s_i) src[i,h,:]; same extents, no overlap (or the same view: in place).
 template <class E, class TS, class TD>
 void encode_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Positions& pos) {
   namespace kk = detail::encode_kernels;
@@ -796,7 +806,7 @@ void shift_keys(const E& enc, TensorView<T> k, double delta) {
   kk::run(enc, kk::Mode::shift, k, k, Positions::sequence(delta, 0.0));
 }
 
-/// dst <- A(-delta) src (out-of-place shift_keys).
+/// dst <- A(-delta) src (out-of-place shift_keys; no overlap, or the same view: in place).
 template <class E, class TS, class TD>
 void shift_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, double delta) {
   namespace kk = detail::encode_kernels;

@@ -68,6 +68,7 @@
 
 #include "bank.hpp"
 #include "detail/compiler.hpp"
+#include "detail/overlap.hpp"
 #include "detail/scores_coders.hpp"
 #include "detail/storage.hpp"
 #include "basis_change.hpp"
@@ -900,6 +901,12 @@ void check_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
   if (out.tokens() != Hq || out.heads() != q.tokens() || out.dim() != k.tokens())
     fail(w + ": out is " + extents(out.tokens(), out.heads(), out.dim()) +
          ", expected [Hq, nq, nk] = " + extents(Hq, q.tokens(), k.tokens()));
+  // out is written while q and k are still being read, tile by tile: it must not share
+  // memory with them (byte ranges compared, detail/overlap.hpp). q and k may overlap.
+  if (may_overlap(out, q))
+    fail(w + ": out overlaps q (the output must not share memory with the queries)");
+  if (may_overlap(out, k))
+    fail(w + ": out overlaps k (the output must not share memory with the keys)");
   tq.check(q.tokens(), (w + " (query positions)").c_str());
   tk.check(k.tokens(), (w + " (key positions)").c_str());
   if (!std::isfinite(opt.scale)) fail(w + ": scale must be finite");
@@ -976,7 +983,8 @@ void scores_reference(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
 /// (−∞ where causal and s_j > t_i), fused and rebased (see the top of this file).
 /// q: [nq, Hq, d], k: [nk, Hk, d] (Hq a multiple of Hk; float, double, Eigen::half or
 /// Eigen::bfloat16, const or not), out: [Hq, nq, nk] of float or double, not overlapping
-/// q or k. Throws peal::invalid_argument on inconsistent extents, positions or options.
+/// q or k. Throws peal::invalid_argument on inconsistent extents, positions or options and
+/// on an out that overlaps q or k (byte ranges compared, detail/overlap.hpp).
 template <class E, class Tq, class Tk, class Out>
 void scores(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
             const Positions& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {
