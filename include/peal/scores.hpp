@@ -360,7 +360,7 @@ class ScoresRun {
       cache.kcoef.resize(std::size_t(nkr * coef_));
       cache.qcoef.resize(std::size_t(nqr * coef_));
       std::vector<double> kdelta(static_cast<std::size_t>(nkr)),
-          rel(std::size_t(kChunkRows * rel_));
+          rel(std::size_t(rel_rows(std::max(nqr, nkr)) * rel_));
       for (Index r = 0; r < nkr; ++r) kdelta[std::size_t(r)] = -kp_.ref_delta[std::size_t(r)];
       coefficients(kdelta.data(), nkr, cache.kcoef.data(), false, rel.data());
       coefficients(qp_.ref_delta.data(), nqr, cache.qcoef.data(), true, rel.data());
@@ -461,7 +461,7 @@ class ScoresRun {
         a.begin(pass);
         qcache = a.take<C>(brows * G * d);
         qscale = a.take<double>(r.has_decay_ ? brows * G : 0);
-        rel = a.take<double>(kChunkRows * r.rel_);
+        rel = a.take<double>(rel_rows(std::max(TQm, TKm)) * r.rel_);
         qtile = a.take<C>(TQm * d);
         qcoef = a.take<C>(TQm * r.coef_);
         kcoef = a.take<C>(TKm * r.coef_);
@@ -545,8 +545,10 @@ class ScoresRun {
     }
   }
   // Coefficient rows of A(delta[r]) (A^T when transpose), through a relative table of
-  // kChunkRows rows at a time (rel: kChunkRows * rel_ doubles).
+  // kChunkRows rows at a time (rel: rel_rows(rows) * rel_ doubles). Tables are sized by the
+  // rows present, never by kChunkRows alone: at d = 2^20 one row of rel is 8 MiB.
   static constexpr Index kChunkRows = 64;
+  static Index rel_rows(Index rows) { return std::max<Index>(1, std::min(kChunkRows, rows)); }
   void coefficients(const double* delta, Index rows, C* coef, bool transpose, double* rel) const {
     for (Index r0 = 0; r0 < rows; r0 += kChunkRows) {
       const Index m = std::min(kChunkRows, rows - r0);
