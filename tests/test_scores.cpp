@@ -1115,3 +1115,32 @@ TEST_CASE("scores: an output overlapping q or k is rejected; adjacent memory is 
   }
 }
 
+// ---- Tile sizes ------------------------------------------------------------------------------
+TEST_CASE("scores: negative tile sizes are rejected; explicit tile sizes give the same scores",
+          "[scores]") {
+  using Catch::Matchers::Contains;
+  std::mt19937 rng(9);
+  const RotBank enc = rope_bank(4);  // d = 8
+  Case<float, RotBank> c(enc, 37, 45, 2, 1, Positions::sequence(0.0), Positions::sequence(0.0),
+                         Layout::dense, Layout::dense, rng);
+  std::vector<float> o(std::size_t(2 * 37 * 45));
+  const TensorView<float> out(o.data(), 2, 37, 45);
+  for (Index bad : {Index(-1), Index(-512), std::numeric_limits<Index>::min()}) {
+    ScoreOptions oq, ok;
+    oq.query_tile = bad;
+    ok.key_tile = bad;
+    CHECK_THROWS_WITH(peal::scores(enc, c.q.view, c.tq, c.k.view, c.tk, out, oq),
+                      Contains("tile sizes must be >= 0"));
+    CHECK_THROWS_WITH(peal::scores(enc, c.q.view, c.tq, c.k.view, c.tk, out, ok),
+                      Contains("tile sizes must be >= 0"));
+    CHECK_THROWS_AS(peal::scores_reference(enc, c.q.view, c.tq, c.k.view, c.tk, out, oq),
+                    peal::invalid_argument);
+  }
+  // 0 is automatic; 1 and sizes that do not divide the token counts are valid.
+  for (Index tile : {Index(0), Index(1), Index(7), Index(1000)}) {
+    ScoreOptions opt;
+    opt.query_tile = tile;
+    opt.key_tile = tile == 7 ? 5 : tile;
+    c.run_and_check<float>(opt, 0, eps_f);
+  }
+}

@@ -9,11 +9,13 @@
 // options; A(τ) = exp(τX) is any peal encoding.
 //
 // Fused: no encoded copy of Q or K is ever materialised. The work is tiled (by default
-// 256 queries x 512 keys); the rows of a tile are encoded into small contiguous buffers of
-// the arithmetic type and multiplied with Eigen's GEMM kernel, which writes into `out`
-// directly when `out` is laid out as a matrix of the arithmetic type (starting from the
-// ALiBi bias instead of zeros); the mask runs on the tile while it is in cache. Working
-// memory is bounded by the tile sizes (docs/kernels-scores.md §2).
+// TQ = clamp(128 KiB / (d sizeof C), 16, 256) queries x TK = clamp(256 KiB / (d sizeof C),
+// 32, 512) keys, C the arithmetic type: 256 x 512 for d <= 128 in float); the rows of a
+// tile are encoded into small contiguous buffers of the arithmetic type and multiplied with
+// Eigen's GEMM kernel, which writes into `out` directly when `out` is laid out as a matrix
+// of the arithmetic type (starting from the ALiBi bias instead of zeros); the mask runs on
+// the tile while it is in cache. Working memory is bounded by the tile sizes and by the
+// rows actually present (docs/kernels-scores.md §2).
 //
 // Rebased (docs/design.md §1 "Numerical stability"): for a query tile I with anchor T_I and
 // a key tile J with anchor S_J the kernel evaluates
@@ -99,7 +101,9 @@ struct ScoreOptions {
   std::vector<double> decay;
   /// Number of threads with OpenMP (0: omp_get_max_threads()); ignored without OpenMP.
   int threads = 0;
-  /// Tile sizes in tokens (0: automatic, 128 queries × 256 keys). Mostly for tests/tuning.
+  /// Tile sizes in tokens (0: automatic, TQ = clamp(128 KiB / (d sizeof C), 16, 256) queries
+  /// × TK = clamp(256 KiB / (d sizeof C), 32, 512) keys, C the arithmetic type: 256 × 512 for
+  /// d ≤ 128 in float, 128 × 256 at d = 128 in double). Mostly for tests/tuning; < 0 throws.
   Index query_tile = 0;
   Index key_tile = 0;
 };
@@ -331,8 +335,9 @@ class ScoresRun {
     const int deg = coder_.degree();
     const double h =
         max_half_spread(rate, deg, rebase_limits<C>::exp_budget, rebase_limits<C>::poly_budget);
-    // Default tiles: 256 queries x 512 keys (fewer, larger GEMM calls amortise Eigen's
-    // packing), fewer for large d so that an encoded key tile stays within 256 KiB.
+    // Default tiles (ScoreOptions::query_tile): up to 256 queries x 512 keys (fewer, larger
+    // GEMM calls amortise Eigen's packing), fewer for large d so that an encoded query tile
+    // stays within 128 KiB and a key tile within 256 KiB, at least 16 x 32.
     const Index cb = Index(sizeof(C)) * std::max<Index>(d_, 1);
     const Index tq_max =
         opt.query_tile > 0 ? opt.query_tile : std::clamp<Index>((Index(128) << 10) / cb, 16, 256);
