@@ -1144,3 +1144,106 @@ TEST_CASE("scores: negative tile sizes are rejected; explicit tile sizes give th
     c.run_and_check<float>(opt, 0, eps_f);
   }
 }
+
+// ---- Steep decays, per pair -----------------------------------------------------------------
+// With γ = 1e-300 the rebasing half-spread |ln γ| h ≤ θ is h = 0.016 in float: tiles of one
+// token, a 1 x 1 GEMM per pair, 92x slower than γ = 0.99 at n = 2048 (and the row scales and
+// alpha, rounded to float, lost γ^1 = 1e-300 entirely: a double `out` got 0). A decay that
+// would cut the tiles is applied per pair, exp(ln γ (t_i − s_j)) in double, as the reference.
+// Same tolerance as every other test (relative to scale γ^τ |q| ‖A‖ |k|); floor: the final
+// rounding of a float out in its subnormal range (absolute <= denorm_min / 2).
+TEST_CASE("scores: steep decays are applied per pair, accurate relative to the true score",
+          "[scores][decay]") {
+  std::mt19937 rng(2024);
+  const double tiny = std::numeric_limits<float>::denorm_min();
+  const RotBank rope = rope_bank(8);       // d = 16, pure rotation
+  const RotBank xpos = xpos_like(8);       // decaying rotations: two-step tiles
+  const auto j3 = jordan3_mix<double>(-0.02);  // a JordanBlock<3> evaluated per pair
+  // Causal: γ^τ for τ >= 0 only (no overflow), every head its own γ, grouped heads.
+  const std::vector<double> steep = {1e-300, 1e-5, 0.3, 1e-300};
+  const std::vector<double> slopes = {0.5, 0.0, 0.25, 1.0};
+  auto variants = [&](auto& c, double eps_c) {
+    for (int variant = 0; variant < 4; ++variant) {
+      ScoreOptions opt;
+      opt.causal = true;
+      opt.decay = steep;
+      opt.scale = variant % 2 ? -0.25 : 1.0;
+      if (variant >= 2) opt.alibi_slopes = slopes;
+      if (variant == 3) opt.query_tile = 8, opt.key_tile = 16;
+      CAPTURE(variant);
+      for (int ol = 0; ol < 4; ++ol) {
+        CAPTURE(ol);
+        c.template run_and_check<float>(opt, ol, eps_c, 1.0, -1, tiny);
+        c.template run_and_check<double>(opt, ol, eps_c, 1.0, -1, 0.0);
+      }
+    }
+  };
+  {
+    Case<float, RotBank> c(rope, 45, 70, 4, 2, Positions::sequence(25.0), Positions::sequence(0.0),
+                           Layout::dense, Layout::offset_padded, rng);
+    variants(c, eps_f);
+  }
+  {
+    Case<double, RotBank> c(xpos, 33, 41, 4, 2, Positions::sequence(8.5, 0.5),
+                            Positions::sequence(0.0, 0.5), Layout::heads_major, Layout::dense, rng);
+    variants(c, eps_d);
+  }
+  {
+    Case<float, decltype(j3)> c(j3, 30, 37, 4, 2, Positions::sequence(7.0),
+                                Positions::sequence(0.0), Layout::dense, Layout::dense, rng);
+    variants(c, eps_f);
+  }
+  // Irregular timestamps with wide gaps: whole tiles whose decays underflow are written
+  // without their GEMM (±0 plus the bias).
+  {
+    std::vector<double> irr(60);
+    double t = 1.7e9;
+    for (std::size_t i = 0; i < irr.size(); ++i) irr[i] = (t += (i % 20 == 19) ? 2000.5 : 0.75);
+    Case<float, RotBank> c(rope, 60, 60, 4, 2, Positions(irr), Positions(irr), Layout::dense,
+                           Layout::dense, rng);
+    variants(c, eps_f);
+  }
+  // Not causal: γ^τ grows for τ < 0; here within float's range (|ln γ τ| <= 4.6 * 9 < 88).
+  {
+    Case<float, RotBank> c(rope, 20, 20, 1, 1, Positions::sequence(0.0), Positions::sequence(-10.0),
+                           Layout::dense, Layout::dense, rng);
+    ScoreOptions opt;
+    opt.decay = {0.01};  // |ln γ| = 4.6: h = 2.4 in float, tiles of 5 tokens if rebased
+    for (int ol = 0; ol < 4; ++ol) {
+      c.run_and_check<float>(opt, ol, eps_f, 1.0, -1, tiny);
+      c.run_and_check<double>(opt, ol, eps_f);
+    }
+  }
+}
+
+#include <chrono>  // (for the timing below)
+
+TEST_CASE("scores: a steep decay costs about what a mild one does", "[scores][decay]") {
+  // Medians would be fairer, but minima are robust on a shared machine (load only adds
+  // time). The bound 6 is generous: measured ~1.1-1.6 (per pair exp) against ~90 when the
+  // tiles shrank to one token (n = 2048; ~45 at this n).
+  std::mt19937 rng(31);
+  const Index n = 1024, d = 128;
+  const RotBank enc = rope_bank(64);
+  std::vector<float> q(std::size_t(n * d)), k(q.size()), out(std::size_t(n * n));
+  std::normal_distribution<float> N(0.0f, 1.0f);
+  for (auto& x : q) x = N(rng);
+  for (auto& x : k) x = N(rng);
+  auto run = [&](double gamma) {
+    ScoreOptions opt;
+    opt.decay = {gamma};
+    opt.threads = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    peal::scores(enc, TensorView<const float>(q.data(), n, 1, d), Positions::sequence(0.0),
+                 TensorView<const float>(k.data(), n, 1, d), Positions::sequence(0.0),
+                 TensorView<float>(out.data(), 1, n, n), opt);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double mild = 1e9, steep = 1e9;
+  for (int rep = 0; rep < 5; ++rep) {
+    mild = std::min(mild, run(0.99));
+    steep = std::min(steep, run(1e-300));
+  }
+  INFO("gamma 0.99: " << mild * 1e3 << " ms, gamma 1e-300: " << steep * 1e3 << " ms");
+  CHECK(steep < 6 * mild);
+}
