@@ -761,9 +761,9 @@ TEMPLATE_TEST_CASE("encode: in place and out of place give the same bits", "[enc
   std::vector<peal::RealBlock<double>> rb;
   for (int i = 0; i < 37; ++i) rb.emplace_back(0.005 * std::sin(1.0 + i));
   check(peal::Bank<peal::RealBlock<double>>(rb), "RealBlock bank");
-  const auto comp = peal::compose(peal::JordanBlock<3, double>(-0.01),
-                                  peal::RotationJordanBlock<2, double>(0.7, -0.02),
-                                  rope_bank(6, 100.0, Layout::HalfSplit), peal::RealBlock<double>(0.01));
+  const auto comp = peal::compose(
+      peal::JordanBlock<3, double>(-0.01), peal::RotationJordanBlock<2, double>(0.7, -0.02),
+      rope_bank(6, 100.0, Layout::HalfSplit), peal::RealBlock<double>(0.01));
   check(comp, "composition with Jordan blocks");
   Eigen::MatrixXd P = Eigen::MatrixXd::Identity(comp.dim(), comp.dim());
   for (Index i = 0; i < P.rows(); ++i) P(i, (i + 1) % P.rows()) = 0.25;

@@ -1083,7 +1083,8 @@ TEST_CASE("scores: an output overlapping q or k is rejected; adjacent memory is 
   const TensorView<const float> q(q0, nq, Hq, d), k(k0, nk, Hk, d);
   const auto p = Positions::sequence(3.0);
   auto out_at = [&](float* at) { return TensorView<float>(at, Hq, nq, nk); };
-  for (const ScoreOptions& opt : {ScoreOptions{}, ScoreOptions{true, 0.25, {0.5, 0.25}, {0.9, 1.0}}}) {
+  for (const ScoreOptions& opt :
+       {ScoreOptions{}, ScoreOptions{true, 0.25, {0.5, 0.25}, {0.9, 1.0}}}) {
     for (Index shift : {Index(1), Index(-1), Index(-nout + 1), Index(nout - 1)}) {
       INFO("out moved by " << shift);
       const auto out = out_at(o0 + shift);  // into k (shift > 0) or into q (shift < 0)
@@ -1156,8 +1157,8 @@ TEST_CASE("scores: steep decays are applied per pair, accurate relative to the t
           "[scores][decay]") {
   std::mt19937 rng(2024);
   const double tiny = std::numeric_limits<float>::denorm_min();
-  const RotBank rope = rope_bank(8);       // d = 16, pure rotation
-  const RotBank xpos = xpos_like(8);       // decaying rotations: two-step tiles
+  const RotBank rope = rope_bank(8);           // d = 16, pure rotation
+  const RotBank xpos = xpos_like(8);           // decaying rotations: two-step tiles
   const auto j3 = jordan3_mix<double>(-0.02);  // a JordanBlock<3> evaluated per pair
   // Causal: γ^τ for τ >= 0 only (no overflow), every head its own γ, grouped heads.
   const std::vector<double> steep = {1e-300, 1e-5, 0.3, 1e-300};

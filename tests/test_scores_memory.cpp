@@ -55,9 +55,7 @@ void counted_free(void* q) noexcept {
 void* operator new(std::size_t n) { return counted_alloc(n, 16); }
 void* operator new[](std::size_t n) { return counted_alloc(n, 16); }
 void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, std::size_t(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) {
-  return counted_alloc(n, std::size_t(a));
-}
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, std::size_t(a)); }
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   try {
     return counted_alloc(n, 16);

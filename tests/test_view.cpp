@@ -16,10 +16,10 @@
 
 namespace {
 
+using Catch::Matchers::Contains;
 using peal::Index;
 using peal::Strides;
 using peal::TensorView;
-using Catch::Matchers::Contains;
 
 constexpr Index kMax = std::numeric_limits<Index>::max();
 
@@ -71,12 +71,13 @@ TEST_CASE("TensorView: strides whose address span leaves ptrdiff_t are rejected"
   REQUIRE_THROWS_WITH(TensorView<float>(&x, 8, 1, 1, Strides{big, 1, 1}), Contains("does not fit"));
   REQUIRE_THROWS_WITH(TensorView<const float>(&x, 8, 1, 1, Strides{big, 1, 1}),
                       Contains("does not fit"));
-  REQUIRE_THROWS_WITH(TensorView<float>(&x, 8, 1, 1, Strides{-big, 1, 1}), Contains("does not fit"));
+  REQUIRE_THROWS_WITH(TensorView<float>(&x, 8, 1, 1, Strides{-big, 1, 1}),
+                      Contains("does not fit"));
   // Each product fits, their sum does not.
   const Index third = kMax / 3;
-  REQUIRE_THROWS_WITH(
-      TensorView<const char>(reinterpret_cast<const char*>(&x), 2, 2, 2, Strides{third, third, third * 2}),
-      Contains("does not fit"));
+  REQUIRE_THROWS_WITH(TensorView<const char>(reinterpret_cast<const char*>(&x), 2, 2, 2,
+                                             Strides{third, third, third * 2}),
+                      Contains("does not fit"));
   // The span counts bytes: 2^61 floats cover 2^63 bytes, one more than ptrdiff_t holds.
   REQUIRE_THROWS_WITH(TensorView<float>(&x, 2, 1, 1, Strides{Index(1) << 61, 1, 1}),
                       Contains("does not fit"));
@@ -86,7 +87,8 @@ TEST_CASE("TensorView: strides whose address span leaves ptrdiff_t are rejected"
   // The most negative stride has no absolute value: rejected on an axis of extent > 1, ignored
   // on an axis of extent 1 (never multiplied by a nonzero index).
   const Index minus = std::numeric_limits<Index>::min();
-  REQUIRE_THROWS_WITH(TensorView<float>(&x, 2, 1, 1, Strides{minus, 1, 1}), Contains("does not fit"));
+  REQUIRE_THROWS_WITH(TensorView<float>(&x, 2, 1, 1, Strides{minus, 1, 1}),
+                      Contains("does not fit"));
   REQUIRE_NOTHROW(TensorView<float>(&x, 1, 1, 1, Strides{minus, minus, minus}));
 }
 
@@ -269,14 +271,14 @@ TEST_CASE("detail::may_overlap compares the byte ranges the views touch", "[view
   using peal::detail::same_elements;
   std::vector<float> buf(256);
   float* p = buf.data() + 64;
-  const TensorView<float> a(p, 2, 3, 4);                            // [p, p + 24)
+  const TensorView<float> a(p, 2, 3, 4);  // [p, p + 24)
   CHECK(may_overlap(a, a));
   CHECK(same_elements(a, a));
-  CHECK(!may_overlap(a, TensorView<float>(p + 24, 2, 3, 4)));      // adjacent after
+  CHECK(!may_overlap(a, TensorView<float>(p + 24, 2, 3, 4)));        // adjacent after
   CHECK(!may_overlap(a, TensorView<const float>(p - 24, 2, 3, 4)));  // adjacent before
-  CHECK(may_overlap(a, TensorView<float>(p + 23, 2, 3, 4)));       // one element shared
+  CHECK(may_overlap(a, TensorView<float>(p + 23, 2, 3, 4)));         // one element shared
   CHECK(may_overlap(a, TensorView<float>(p - 23, 2, 3, 4)));
-  CHECK(may_overlap(a, TensorView<float>(p + 4, 2, 3, 4)));        // four floats in
+  CHECK(may_overlap(a, TensorView<float>(p + 4, 2, 3, 4)));  // four floats in
   CHECK(!same_elements(a, TensorView<float>(p + 4, 2, 3, 4)));
   // Negative strides: the range runs below data().
   const TensorView<float> rev(p + 23, 2, 3, 4, Strides{-12, -4, -1});  // [p, p + 24) again
@@ -301,6 +303,7 @@ TEST_CASE("detail::may_overlap compares the byte ranges the views touch", "[view
   CHECK(same_elements(one, one_b));
   // Interleaved but disjoint (two column blocks of one buffer): the byte ranges overlap,
   // so the test is conservative and reports an overlap (documented in overlap.hpp).
-  const TensorView<float> left(p, 4, 1, 4, Strides{8, 4, 1}), right(p + 4, 4, 1, 4, Strides{8, 4, 1});
+  const TensorView<float> left(p, 4, 1, 4, Strides{8, 4, 1}),
+      right(p + 4, 4, 1, 4, Strides{8, 4, 1});
   CHECK(may_overlap(left, right));
 }

@@ -127,9 +127,9 @@ inline A mul_add(A a, A b, A c) {
 // has no dependence between iterations; m = 2n elements. Every chunk function has its
 // own restrict-qualified (or single written) pointers, so no runtime alias check (which
 // would send the in-place case to the scalar loop) is needed.
-#define PEAL_ROTATE_PAIR(x, y)                   \
-  const A x0 = x[j], x1 = x[j + 1];              \
-  y[j] = mul_add(x0, cc[j], x1 * ss[j]);         \
+#define PEAL_ROTATE_PAIR(x, y)           \
+  const A x0 = x[j], x1 = x[j + 1];      \
+  y[j] = mul_add(x0, cc[j], x1 * ss[j]); \
   y[j + 1] = mul_add(x1, cc[j + 1], x0 * ss[j + 1]);
 template <class A>
 inline void rotate_interleaved_chunk(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT cc,

@@ -429,10 +429,10 @@ class ScoresRun {
     // (bench/README.md, ALiBi), and one path is simpler.
     const auto& os = out.strides();
     // Per-pair decays go through the tile buffer: the epilogue scales every score anyway.
-    out_rm_ = !pair_decay_ && std::is_same<Out, C>::value && (os.elem == 1 || nk_ == 1) &&
-              os.head > 0;
-    out_cm_ = !pair_decay_ && !out_rm_ && std::is_same<Out, C>::value && os.head == 1 &&
-              os.elem > 0;
+    out_rm_ =
+        !pair_decay_ && std::is_same<Out, C>::value && (os.elem == 1 || nk_ == 1) && os.head > 0;
+    out_cm_ =
+        !pair_decay_ && !out_rm_ && std::is_same<Out, C>::value && os.head == 1 && os.elem > 0;
 
     // Units: (block of query tiles, key head).
     int nt = 1;
