@@ -712,6 +712,13 @@ TEST_CASE("encode: out of place, a destination overlapping the source is rejecte
     peal::shift_keys(enc, TensorView<const float>(va), va, 2.5);
     peal::shift_keys(enc, vb, 2.5);
     CHECK(a == b);
+    // The same elements with another stride on an axis of extent 1 are the same view too.
+    std::vector<float> c1(a.begin(), a.begin() + T * D), c2 = c1;
+    const TensorView<float> one(c1.data(), T, 1, D, Strides{D, 999, 1});
+    peal::encode_queries(enc, TensorView<const float>(c1.data(), T, 1, D, Strides{D, 5, 1}), one,
+                         pv);
+    peal::encode_queries(enc, TensorView<float>(c2.data(), T, 1, D), pv);
+    CHECK(c1 == c2);
   }
 }
 
