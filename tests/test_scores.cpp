@@ -28,6 +28,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <tuple>
 #include <vector>
 
 #include "tolerances.hpp"
@@ -1179,4 +1180,189 @@ TEST_CASE("scores: results past the range are ±inf or exact, never NaN", "[scor
   const peal::Bank<RB> still({RB(0.0L)});
   check(run(still, {1, 0}, 0, {1, 0}, 2000, opt), inf);
   check(run(still, {1, 0}, 0, {0, 1}, 2000, opt), 0);
+
+// ---- Overlap of the output with the inputs ------------------------------------------------
+// The kernel reads q and k tile by tile while it writes out: an `out` overlapping `k` gave
+// 39,598 wrong scores of 360,000 (errors up to 6.7) without an error. Any overlap of out with
+// q or k is rejected, by scores() and scores_reference(), before anything is written; views
+// in adjacent memory are accepted.
+TEST_CASE("scores: an output overlapping q or k is rejected; adjacent memory is fine",
+          "[scores][overlap]") {
+  using Catch::Matchers::Contains;
+  std::mt19937 rng(5);
+  const RotBank enc = rope_bank(8);  // d = 16
+  const Index nq = 7, nk = 9, Hq = 2, Hk = 1, d = 16;
+  const Index nqv = nq * Hq * d, nkv = nk * Hk * d, nout = Hq * nq * nk;
+  std::vector<float> buf(std::size_t(nqv + nout + nkv + 64));
+  std::normal_distribution<float> N(0.0f, 1.0f);
+  for (auto& x : buf) x = N(rng);
+  const std::vector<float> saved = buf;
+  // Layout [q | out | k]: out right after q, k right after out.
+  float* q0 = buf.data();
+  float* o0 = q0 + nqv;
+  float* k0 = o0 + nout;
+  const TensorView<const float> q(q0, nq, Hq, d), k(k0, nk, Hk, d);
+  const auto p = Positions::sequence(3.0);
+  auto out_at = [&](float* at) { return TensorView<float>(at, Hq, nq, nk); };
+  for (const ScoreOptions& opt :
+       {ScoreOptions{}, ScoreOptions{true, 0.25, {0.5, 0.25}, {0.9, 1.0}}}) {
+    for (Index shift : {Index(1), Index(-1), Index(-nout + 1), Index(nout - 1)}) {
+      INFO("out moved by " << shift);
+      const auto out = out_at(o0 + shift);  // into k (shift > 0) or into q (shift < 0)
+      const char* which = shift > 0 ? "overlaps k" : "overlaps q";
+      CHECK_THROWS_WITH(peal::scores(enc, q, p, k, p, out, opt), Contains(which));
+      CHECK_THROWS_WITH(peal::scores_reference(enc, q, p, k, p, out, opt), Contains(which));
+    }
+    // Exactly on top of q or k (same first element).
+    CHECK_THROWS_WITH(peal::scores(enc, q, p, k, p, out_at(q0), opt), Contains("overlaps q"));
+    CHECK_THROWS_WITH(peal::scores(enc, q, p, k, p, out_at(k0), opt), Contains("overlaps k"));
+    // A strided out over part of k's memory.
+    const TensorView<float> inter(k0 + 1, Hq, nq, nk, Strides{nq * nk * 2, 1, nq});
+    CHECK_THROWS_WITH(peal::scores(enc, q, p, k, p, inter, opt), Contains("overlaps k"));
+    CHECK(std::equal(buf.begin(), buf.end(), saved.begin()));
+    // Adjacent: accepted, and the same bits as a separate output.
+    std::vector<float> sep(static_cast<std::size_t>(nout));
+    peal::scores(enc, q, p, k, p, TensorView<float>(sep.data(), Hq, nq, nk), opt);
+    peal::scores(enc, q, p, k, p, out_at(o0), opt);
+    CHECK(std::equal(sep.begin(), sep.end(), o0));
+    std::vector<double> sepd(static_cast<std::size_t>(nout));
+    peal::scores_reference(enc, q, p, k, p, TensorView<double>(sepd.data(), Hq, nq, nk), opt);
+    peal::scores_reference(enc, q, p, k, p, out_at(o0), opt);
+    for (Index x = 0; x < nout; ++x) CHECK(o0[x] == float(sepd[std::size_t(x)]));
+    // q and k may overlap each other (both are read only): the same memory for both.
+    std::vector<float> o2(static_cast<std::size_t>(Hq * nq * nq));
+    REQUIRE_NOTHROW(peal::scores(enc, q, p, TensorView<const float>(q0, nq, Hq, d), p,
+                                 TensorView<float>(o2.data(), Hq, nq, nq), opt));
+    buf = saved;
+  }
+}
+
+// ---- Tile sizes ------------------------------------------------------------------------------
+TEST_CASE("scores: negative tile sizes are rejected; explicit tile sizes give the same scores",
+          "[scores]") {
+  using Catch::Matchers::Contains;
+  std::mt19937 rng(9);
+  const RotBank enc = rope_bank(4);  // d = 8
+  Case<float, RotBank> c(enc, 37, 45, 2, 1, Positions::sequence(0.0), Positions::sequence(0.0),
+                         Layout::dense, Layout::dense, rng);
+  std::vector<float> o(std::size_t(2 * 37 * 45));
+  const TensorView<float> out(o.data(), 2, 37, 45);
+  for (Index bad : {Index(-1), Index(-512), std::numeric_limits<Index>::min()}) {
+    ScoreOptions oq, ok;
+    oq.query_tile = bad;
+    ok.key_tile = bad;
+    CHECK_THROWS_WITH(peal::scores(enc, c.q.view, c.tq, c.k.view, c.tk, out, oq),
+                      Contains("tile sizes must be >= 0"));
+    CHECK_THROWS_WITH(peal::scores(enc, c.q.view, c.tq, c.k.view, c.tk, out, ok),
+                      Contains("tile sizes must be >= 0"));
+    CHECK_THROWS_AS(peal::scores_reference(enc, c.q.view, c.tq, c.k.view, c.tk, out, oq),
+                    peal::invalid_argument);
+  }
+  // 0 is automatic; 1 and sizes that do not divide the token counts are valid.
+  for (Index tile : {Index(0), Index(1), Index(7), Index(1000)}) {
+    ScoreOptions opt;
+    opt.query_tile = tile;
+    opt.key_tile = tile == 7 ? 5 : tile;
+    c.run_and_check<float>(opt, 0, eps_f);
+  }
+}
+
+// ---- Steep decays, per pair -----------------------------------------------------------------
+// With γ = 1e-300 the rebasing half-spread |ln γ| h ≤ θ is h = 0.016 in float: tiles of one
+// token, a 1 x 1 GEMM per pair, 92x slower than γ = 0.99 at n = 2048 (and the row scales and
+// alpha, rounded to float, lost γ^1 = 1e-300 entirely: a double `out` got 0). A decay that
+// would cut the tiles is applied per pair, exp(ln γ (t_i − s_j)) in double, as the reference.
+// Same tolerance as every other test (relative to scale γ^τ |q| ‖A‖ |k|); floor: the final
+// rounding of a float out in its subnormal range (absolute <= denorm_min / 2).
+TEST_CASE("scores: steep decays are applied per pair, accurate relative to the true score",
+          "[scores][decay]") {
+  std::mt19937 rng(2024);
+  const double tiny = std::numeric_limits<float>::denorm_min();
+  const RotBank rope = rope_bank(8);           // d = 16, pure rotation
+  const RotBank xpos = xpos_like(8);           // decaying rotations: two-step tiles
+  const auto j3 = jordan3_mix<double>(-0.02);  // a JordanBlock<3> evaluated per pair
+  // Causal: γ^τ for τ >= 0 only (no overflow), every head its own γ, grouped heads.
+  const std::vector<double> steep = {1e-300, 1e-5, 0.3, 1e-300};
+  const std::vector<double> slopes = {0.5, 0.0, 0.25, 1.0};
+  auto variants = [&](auto& c, double eps_c) {
+    for (int variant = 0; variant < 4; ++variant) {
+      ScoreOptions opt;
+      opt.causal = true;
+      opt.decay = steep;
+      opt.scale = variant % 2 ? -0.25 : 1.0;
+      if (variant >= 2) opt.alibi_slopes = slopes;
+      if (variant == 3) opt.query_tile = 8, opt.key_tile = 16;
+      CAPTURE(variant);
+      for (int ol = 0; ol < 4; ++ol) {
+        CAPTURE(ol);
+        c.template run_and_check<float>(opt, ol, eps_c, 1.0, -1, tiny);
+        c.template run_and_check<double>(opt, ol, eps_c, 1.0, -1, 0.0);
+      }
+    }
+  };
+  {
+    Case<float, RotBank> c(rope, 45, 70, 4, 2, Positions::sequence(25.0), Positions::sequence(0.0),
+                           Layout::dense, Layout::offset_padded, rng);
+    variants(c, eps_f);
+  }
+  {
+    Case<double, RotBank> c(xpos, 33, 41, 4, 2, Positions::sequence(8.5, 0.5),
+                            Positions::sequence(0.0, 0.5), Layout::heads_major, Layout::dense, rng);
+    variants(c, eps_d);
+  }
+  {
+    Case<float, decltype(j3)> c(j3, 30, 37, 4, 2, Positions::sequence(7.0),
+                                Positions::sequence(0.0), Layout::dense, Layout::dense, rng);
+    variants(c, eps_f);
+  }
+  // Irregular timestamps with wide gaps: whole tiles whose decays underflow are written
+  // without their GEMM (±0 plus the bias).
+  {
+    std::vector<double> irr(60);
+    double t = 1.7e9;
+    for (std::size_t i = 0; i < irr.size(); ++i) irr[i] = (t += (i % 20 == 19) ? 2000.5 : 0.75);
+    Case<float, RotBank> c(rope, 60, 60, 4, 2, Positions(irr), Positions(irr), Layout::dense,
+                           Layout::dense, rng);
+    variants(c, eps_f);
+  }
+  // Not causal: γ^τ grows for τ < 0; here within float's range (|ln γ τ| <= 4.6 * 9 < 88).
+  {
+    Case<float, RotBank> c(rope, 20, 20, 1, 1, Positions::sequence(0.0), Positions::sequence(-10.0),
+                           Layout::dense, Layout::dense, rng);
+    ScoreOptions opt;
+    opt.decay = {0.01};  // |ln γ| = 4.6: h = 2.4 in float, tiles of 5 tokens if rebased
+    for (int ol = 0; ol < 4; ++ol) {
+      c.run_and_check<float>(opt, ol, eps_f, 1.0, -1, tiny);
+      c.run_and_check<double>(opt, ol, eps_f);
+    }
+  }
+}
+
+TEST_CASE("scores: a steep decay does not cut the tiles down", "[scores][decay]") {
+  // gamma = 1e-300 made |ln gamma| h <= theta give h = 0.016: one-token tiles, a 1 x 1 GEMM
+  // per pair (80x slower at n = 2048). The plan must keep the tiles of the undecayed encoding
+  // and apply the decay per pair; a mild decay keeps rebasing through the tiles.
+  // (Speed itself is measured in bench/bench_scores.cpp, "steep_decay".)
+  const Index n = 1024, d = 128;
+  const RotBank enc = rope_bank(64);
+  std::vector<float> q(std::size_t(n * d), 0.5f), k(q.size(), 0.25f), out(std::size_t(n * n));
+  auto plan = [&](double gamma) {
+    ScoreOptions opt;
+    opt.decay = {gamma};
+    opt.threads = 1;
+    TensorView<const float> qv(q.data(), n, 1, d), kv(k.data(), n, 1, d);
+    TensorView<float> ov(out.data(), 1, n, n);
+    sk::ScoresRun<float, RotBank, const float, const float, float> run(
+        enc, qv, Positions::sequence(0.0), kv, Positions::sequence(0.0), ov, opt);
+    return std::make_tuple(run.query_tiles(), run.key_tiles(), run.decay_per_pair());
+  };
+  const auto [q0, k0, p0] = plan(1.0);
+  const auto [q1, k1, p1] = plan(1e-300);
+  const auto [q2, k2, p2] = plan(0.99);
+  CHECK(!p0);
+  CHECK(p1);
+  CHECK(q1 == q0);
+  CHECK(k1 == k0);
+  CHECK(!p2);
+  CHECK(q2 <= 2 * q0);
 }

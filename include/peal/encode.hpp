@@ -54,6 +54,7 @@
 #include <limits>
 #include <peal/detail/sincos.hpp>
 #include <sstream>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -61,7 +62,9 @@
 
 #include "bank.hpp"
 #include "detail/compiler.hpp"
+#include "detail/exp_kernel.hpp"
 #include "detail/exp_poly.hpp"
+#include "detail/overlap.hpp"
 #include "detail/storage.hpp"
 #include "basis_change.hpp"
 #include "block_diagonal.hpp"
@@ -94,58 +97,9 @@ using detail::from_arith;
 using detail::is_storage;
 using detail::to_arith;
 
-// ---- exp of many arguments at once: out[i] = e^{a[i] p}. Straight-line arithmetic without
-// libm calls so the loop vectorizes (the growth factors of decaying rotation banks and real
-// banks, n per token). x = k ln2 + r with k = round(x / ln2) and r = x - k ln2_hi - k ln2_lo
-// (ln2_hi has 32 significant bits, so k ln2_hi is exact for |k| < 2^21 and r is exact to
-// ~2^-80); e^r by its Taylor polynomial of degree 13 on |r| <= ln2/2 (truncation
-// r^14/14! < 2^-57); 2^k applied as two exact powers of two 2^k1 2^k2, k1 = floor(k/2), so
-// results in the subnormal range and overflow to inf come out as std::exp's (x is clamped
-// to [-746, 710] first, where exp is 0, resp. inf). Relative error <= ~2 ulp (double).
-inline double exp_kernel(double x) {
-  x = x < -746.0 ? -746.0 : x;
-  x = x > 710.0 ? 710.0 : x;
-  constexpr double log2e = 0x1.71547652b82fep+0;
-  constexpr double ln2_hi = 0x1.62e42fefa0000p-1;  // 32 significant bits
-  constexpr double ln2_lo = 0x1.cf79abc9e3b3ap-40;
-  constexpr double magic = 0x1.8p52;  // adding it rounds |y| < 2^51 to an integer
-  const double k = (x * log2e + magic) - magic;
-  const double r = (x - k * ln2_hi) - k * ln2_lo;
-  double p = 1.0 / 6227020800.0;  // 1/13!
-  p = p * r + 1.0 / 479001600.0;
-  p = p * r + 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
-  // 2^k1 and 2^k2 from their exponent bits: the integer k1 + 1023 sits in the low bits of
-  // (k1 + 1023) + 2^52 + 2^51; shifting it into the exponent field needs no conversion.
-  const double k1 = ((0.5 * k - 0.25) + magic) - magic;  // floor(k/2) for integer k
-  const double k2 = k - k1;                              // |k1|, |k2| <= 539: normal
-  const double b1 = (k1 + 1023.0) + magic, b2 = (k2 + 1023.0) + magic;
-  std::uint64_t u1, u2;
-  std::memcpy(&u1, &b1, sizeof u1);
-  std::memcpy(&u2, &b2, sizeof u2);
-  u1 <<= 52;
-  u2 <<= 52;
-  double s1, s2;
-  std::memcpy(&s1, &u1, sizeof s1);
-  std::memcpy(&s2, &u2, sizeof s2);
-  return (p * s1) * s2;
-}
-inline void exp_batch(const double* PEAL_RESTRICT a, double p, int n, double* PEAL_RESTRICT out) {
-  int i = 0;
-  for (; i + 8 <= n; i += 8)  // constant inner trip count: vectorizes at -O2 too
-    for (int j = 0; j < 8; ++j) out[i + j] = exp_kernel(a[i + j] * p);
-  for (; i < n; ++i) out[i] = exp_kernel(a[i] * p);
-}
+// ---- exp of many arguments at once: detail/exp_kernel.hpp (shared with scores.hpp).
+using detail::exp_batch;
+using detail::exp_kernel;
 
 // ---- Inner loops (unit stride, arithmetic type). Each loop runs over chunks of kChunk
 // elements with an inner loop of constant trip count, then a scalar tail: GCC's -O2 cost
@@ -154,16 +108,35 @@ inline void exp_batch(const double* PEAL_RESTRICT a, double p, int n, double* PE
 // restrict-qualified streams, coefficients precomputed per token.
 inline constexpr int kChunk = 16;
 
+// Multiply-add a b + c rounded the same way in every loop. Left to itself the compiler
+// contracts a two-product sum x y + z w into one FMA, but which product it fuses may differ
+// between two loops of the same expression (in place vs out of place: 1 ulp apart in ~13 %
+// of the HalfSplit elements with g++ 12 -O3 -march=native). So: an explicit fma where the
+// target has one (the same instructions the compiler would emit), else a multiply and an
+// add (nothing to contract). Either way the in-place and out-of-place results are bitwise
+// equal (tests/test_encode.cpp, "in place and out of place give the same bits").
+#if defined(__FMA__) || defined(__FP_FAST_FMA) || defined(__ARM_FEATURE_FMA)
+template <class A>
+inline A mul_add(A a, A b, A c) {
+  return std::fma(a, b, c);
+}
+#else
+template <class A>
+inline A mul_add(A a, A b, A c) {
+  return a * b + c;
+}
+#endif
+
 // Interleaved pairs (2i, 2i+1): y[j] = x[j] cc[j] + x[j^1] ss[j] with
 // cc = [c0, c0, c1, c1, ...], ss = [-s0, s0, -s1, s1, ...] (g folded in): one lane swap
 // (vpermilps), a multiply and an fma per vector. Written pairwise so that the in-place form
 // has no dependence between iterations; m = 2n elements. Every chunk function has its
 // own restrict-qualified (or single written) pointers, so no runtime alias check (which
 // would send the in-place case to the scalar loop) is needed.
-#define PEAL_ROTATE_PAIR(x, y)      \
-  const A x0 = x[j], x1 = x[j + 1]; \
-  y[j] = x0 * cc[j] + x1 * ss[j];   \
-  y[j + 1] = x1 * cc[j + 1] + x0 * ss[j + 1];
+#define PEAL_ROTATE_PAIR(x, y)           \
+  const A x0 = x[j], x1 = x[j + 1];      \
+  y[j] = mul_add(x0, cc[j], x1 * ss[j]); \
+  y[j + 1] = mul_add(x1, cc[j + 1], x0 * ss[j + 1]);
 template <class A>
 inline void rotate_interleaved_chunk(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT cc,
                                      const A* PEAL_RESTRICT ss, int m) {
@@ -203,8 +176,8 @@ inline void rotate_halfsplit_chunk(A* PEAL_RESTRICT lo, A* PEAL_RESTRICT hi,
                                    const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s, int m) {
   for (int j = 0; j < m; ++j) {
     const A x0 = lo[j], x1 = hi[j];
-    lo[j] = c[j] * x0 - s[j] * x1;
-    hi[j] = s[j] * x0 + c[j] * x1;
+    lo[j] = mul_add(c[j], x0, -(s[j] * x1));
+    hi[j] = mul_add(s[j], x0, c[j] * x1);
   }
 }
 template <class A>
@@ -213,8 +186,8 @@ inline void rotate_halfsplit_chunk(const A* PEAL_RESTRICT xlo, const A* PEAL_RES
                                    const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s, int m) {
   for (int j = 0; j < m; ++j) {
     const A x0 = xlo[j], x1 = xhi[j];
-    ylo[j] = c[j] * x0 - s[j] * x1;
-    yhi[j] = s[j] * x0 + c[j] * x1;
+    ylo[j] = mul_add(c[j], x0, -(s[j] * x1));
+    yhi[j] = mul_add(s[j], x0, c[j] * x1);
   }
 }
 template <class A>
@@ -763,7 +736,8 @@ void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD
       }
       if constexpr (same_types) {
         if (direct) {
-          if (static_cast<const void*>(s) == static_cast<const void*>(d) && shs == dhs)
+          const bool same = static_cast<const void*>(s) == static_cast<const void*>(d);
+          if (same && (H == 1 || shs == dhs))
             k.inplace(d, H, dhs);
           else
             k.copy(s, shs, d, dhs, H);
@@ -812,13 +786,20 @@ void check_views(const E& enc, const TensorView<TS>& src, const TensorView<TD>& 
     os << where << ": view has dim " << dst.dim() << ", the encoding acts on size " << enc.dim();
     fail(os.str());
   }
+  // Rows are read after earlier rows of dst were written: dst must not share memory with
+  // src, unless it is the very same view (the in-place call). Byte ranges are compared
+  // (detail/overlap.hpp), so interleaved but disjoint views are rejected too.
+  if (!same_elements(src, dst) && may_overlap(src, dst))
+    fail(std::string(where) +
+         ": source and destination overlap (out of place they must not share memory; pass "
+         "the same view as both to encode in place)");
 }
 
 }  // namespace encode_kernels
 }  // namespace detail
 
 /// dst[i,h,:] <- F(t_i) src[i,h,:]. src and dst have the same extents and do not overlap
-/// (unless they are the same view, which is then encoded in place).
+/// (unless they are the same view, which is then encoded in place); partial overlap throws.
 template <class E, class TS, class TD>
 void encode_queries(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Positions& pos) {
   namespace k = detail::encode_kernels;
@@ -833,7 +814,7 @@ void encode_queries(const E& enc, TensorView<T> q, const Positions& pos) {
   encode_queries(enc, q, q, pos);
 }
 
-/// dst[i,h,:] <- G(s_i) src[i,h,:]; same extents, no overlap (or the same view).
+/// dst[i,h,:] <- G(s_i) src[i,h,:]; same extents, no overlap (or the same view: in place).
 template <class E, class TS, class TD>
 void encode_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Positions& pos) {
   namespace kk = detail::encode_kernels;
@@ -859,7 +840,7 @@ void shift_keys(const E& enc, TensorView<T> k, double delta) {
   kk::run(enc, kk::Mode::shift, k, k, Positions::sequence(delta, 0.0));
 }
 
-/// dst <- A(-delta) src (out-of-place shift_keys).
+/// dst <- A(-delta) src (out-of-place shift_keys; no overlap, or the same view: in place).
 template <class E, class TS, class TD>
 void shift_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, double delta) {
   namespace kk = detail::encode_kernels;

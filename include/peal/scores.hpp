@@ -9,11 +9,13 @@
 // options; A(τ) = exp(τX) is any peal encoding.
 //
 // Fused: no encoded copy of Q or K is ever materialised. The work is tiled (by default
-// 256 queries x 512 keys); the rows of a tile are encoded into small contiguous buffers of
-// the arithmetic type and multiplied with Eigen's GEMM kernel, which writes into `out`
-// directly when `out` is laid out as a matrix of the arithmetic type (starting from the
-// ALiBi bias instead of zeros); the mask runs on the tile while it is in cache. Working
-// memory is bounded by the tile sizes (docs/kernels-scores.md §2).
+// TQ = clamp(128 KiB / (d sizeof C), 16, 256) queries x TK = clamp(256 KiB / (d sizeof C),
+// 32, 512) keys, C the arithmetic type: 256 x 512 for d <= 128 in float); the rows of a
+// tile are encoded into small contiguous buffers of the arithmetic type and multiplied with
+// Eigen's GEMM kernel, which writes into `out` directly when `out` is laid out as a matrix
+// of the arithmetic type (starting from the ALiBi bias instead of zeros); the mask runs on
+// the tile while it is in cache. Working memory is bounded by the tile sizes and by the
+// rows actually present (docs/kernels-scores.md §2).
 //
 // Rebased (docs/design.md §1 "Numerical stability"): for a query tile I with anchor T_I and
 // a key tile J with anchor S_J the kernel evaluates
@@ -33,7 +35,9 @@
 // Pure rotations (every Re λ = 0, no Jordan chain: RoPE) use anchor 0 for their
 // coefficients: each query tile is encoded once, each key tile once per block of query
 // tiles, nothing per tile pair; a scalar decay on top is rebased through row scales and
-// the GEMM's alpha.
+// the GEMM's alpha. A scalar decay so steep that its rate would cut the tiles (more than
+// kPairDecaySplit times as many) is applied per pair in the epilogue instead,
+// exp(ln γ (t_i − s_j)) in double (docs/kernels-scores.md §4).
 //
 // Polynomial parts (detail/scores_poly.hpp): the real JordanBlock<M ≥ 2> parts of a
 // BlockDiagonal are left out of the GEMM (their coordinates of the encoded rows are zero)
@@ -68,6 +72,8 @@
 
 #include "bank.hpp"
 #include "detail/compiler.hpp"
+#include "detail/exp_kernel.hpp"
+#include "detail/overlap.hpp"
 #include "detail/scores_coders.hpp"
 #include "detail/storage.hpp"
 #include "basis_change.hpp"
@@ -98,7 +104,9 @@ struct ScoreOptions {
   std::vector<double> decay;
   /// Number of threads with OpenMP (0: omp_get_max_threads()); ignored without OpenMP.
   int threads = 0;
-  /// Tile sizes in tokens (0: automatic, 128 queries × 256 keys). Mostly for tests/tuning.
+  /// Tile sizes in tokens (0: automatic, TQ = clamp(128 KiB / (d sizeof C), 16, 256) queries
+  /// × TK = clamp(256 KiB / (d sizeof C), 32, 512) keys, C the arithmetic type: 256 × 512 for
+  /// d ≤ 128 in float, 128 × 256 at d = 128 in double). Mostly for tests/tuning; < 0 throws.
   Index query_tile = 0;
   Index key_tile = 0;
 };
@@ -137,6 +145,28 @@ inline double max_half_spread(double rate, int degree, double exp_budget, double
   if (rate > 0) h = std::min(h, exp_budget / rate);
   if (degree > 0) h = std::min(h, 0.25 * (std::pow(poly_budget, 1.0 / degree) - 1.0));
   return h;
+}
+
+/// f[j] = e^{lam (t − s[j])}, j < n: the per-pair decays of a steep γ (ScoresRun), with the
+/// exponent formed as the reference forms it. A row whose exponents all lie outside
+/// [−746, 710] (where e^x is 0, resp. inf, in double: most rows of a tile far from the
+/// diagonal when γ is tiny) takes a select instead of the exp; otherwise the vectorizable
+/// exp (detail/exp_kernel.hpp), in chunks of constant trip count so that it vectorizes at
+/// -O2 too (the cheap loops vectorize at -O3).
+inline void decay_row(double lam, double t, const double* PEAL_RESTRICT s, Index n,
+                      double* PEAL_RESTRICT f) {
+  for (Index j = 0; j < n; ++j) f[j] = lam * (t - s[j]);
+  unsigned finite = 0;  // some e^{f[j]} neither 0 nor inf (an OR of integer flags vectorizes)
+  for (Index j = 0; j < n; ++j) finite |= unsigned(f[j] > -746.0) & unsigned(f[j] < 710.0);
+  if (finite == 0) {
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    for (Index j = 0; j < n; ++j) f[j] = f[j] < 0 ? 0.0 : inf;
+    return;
+  }
+  Index j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (Index e = 0; e < 8; ++e) f[j + e] = exp_kernel(f[j + e]);
+  for (; j < n; ++j) f[j] = exp_kernel(f[j]);
 }
 
 // The coders (coder_t<C, E>, scores_split<C, E>): detail/scores_coders.hpp.
@@ -303,6 +333,10 @@ class ScoresRun {
   // often and cost 3-10 % of the GEMM time at d = 128). It is working memory per thread.
   static constexpr Index kBlockBytes = Index(1) << 20;
   static constexpr double kParallelMinFlops = 1 << 23;    // ~0.1 ms of GEMM per thread
+  // Per-pair decay once the decay multiplies the number of tiles by more than this: the
+  // crossover measured at n = 2048, d = 128, float (per pair ~16 ms at any γ; rebased 15.3 ms
+  // with 1.7x the tiles, 16.4 ms with 2.5x; docs/kernels-scores.md §4).
+  static constexpr double kPairDecaySplit = 2.0;
 
  public:
   ScoresRun(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
@@ -336,23 +370,45 @@ class ScoresRun {
 
     // The polynomial parts' e^{λτ} is rebased like any growth (their λ is in the rate); their
     // polynomial is evaluated per pair, so their chain length does not enter the degree.
-    const double rate = std::max(coder_.rate(), poly_.rate()) + decay_rate;
+    const double base_rate = std::max(coder_.rate(), poly_.rate());
     const int deg = coder_.degree();
-    const double h =
-        max_half_spread(rate, deg, rebase_limits<C>::exp_budget, rebase_limits<C>::poly_budget);
+    auto half_spread = [deg](double rate) {
+      return max_half_spread(rate, deg, rebase_limits<C>::exp_budget,
+                             rebase_limits<C>::poly_budget);
+    };
     // Tiles whose factors reach this may have scores past the range of C (fix_tile): the
     // rebased rows carry e^θ each, and 2^64 is left for the data.
     risky_limit_ = std::ldexp(double(std::numeric_limits<C>::max()),
                               -int(2 * rebase_limits<C>::exp_budget / std::log(2.0)) - 64);
-    // Default tiles: 256 queries x 512 keys (fewer, larger GEMM calls amortise Eigen's
-    // packing), fewer for large d so that an encoded key tile stays within 256 KiB.
+    // Default tiles (ScoreOptions::query_tile): up to 256 queries x 512 keys (fewer, larger
+    // GEMM calls amortise Eigen's packing), fewer for large d so that an encoded query tile
+    // stays within 128 KiB and a key tile within 256 KiB, at least 16 x 32.
     const Index cb = Index(sizeof(C)) * std::max<Index>(d_, 1);
     const Index tq_max =
         opt.query_tile > 0 ? opt.query_tile : std::clamp<Index>((Index(128) << 10) / cb, 16, 256);
     const Index tk_max =
         opt.key_tile > 0 ? opt.key_tile : std::clamp<Index>((Index(256) << 10) / cb, 32, 512);
-    qp_ = plan_tiles(t_.data(), nq_, tq_max, h);
-    kp_ = plan_tiles(s_.data(), nk_, tk_max, h);
+    const double h_base = half_spread(base_rate);
+    qp_ = plan_tiles(t_.data(), nq_, tq_max, h_base);
+    kp_ = plan_tiles(s_.data(), nk_, tk_max, h_base);
+    // A scalar decay is rebased through the tiles (its rate enters h) unless that would cut
+    // them down: for γ = 1e-300, |ln γ| h ≤ θ gives h = 0.016 in float, tiles of one token
+    // and a 1 x 1 GEMM per pair (80x slower at n = 2048). When the decay's h makes more than
+    // kPairDecaySplit times as many tiles, the tiles are planned without it and γ^(t_i − s_j)
+    // = exp(ln γ (t_i − s_j)) is applied per pair in the epilogue, in double
+    // (docs/kernels-scores.md §4, "decay").
+    if (has_decay_ && decay_rate > 0) {
+      const double h = half_spread(base_rate + decay_rate);
+      TilePlan qd = plan_tiles(t_.data(), nq_, tq_max, h);
+      TilePlan kd = plan_tiles(s_.data(), nk_, tk_max, h);
+      if (double(qd.size() + kd.size()) <= kPairDecaySplit * double(qp_.size() + kp_.size())) {
+        qp_ = std::move(qd);
+        kp_ = std::move(kd);
+      } else {
+        pair_decay_ = true;
+        has_decay_ = false;  // no row scales, no factor in alpha, no decay in the poly parts
+      }
+    }
 
     rel_ = coder_.rel_size();
     coef_ = coder_.coef_size();
@@ -373,7 +429,7 @@ class ScoresRun {
       cache.kcoef.resize(std::size_t(nkr * coef_));
       cache.qcoef.resize(std::size_t(nqr * coef_));
       std::vector<double> kdelta(static_cast<std::size_t>(nkr)),
-          rel(std::size_t(kChunkRows * rel_));
+          rel(std::size_t(rel_rows(std::max(nqr, nkr)) * rel_));
       for (Index r = 0; r < nkr; ++r) kdelta[std::size_t(r)] = -kp_.ref_delta[std::size_t(r)];
       coefficients(kdelta.data(), nkr, cache.kcoef.data(), false, rel.data());
       coefficients(qp_.ref_delta.data(), nqr, cache.qcoef.data(), true, rel.data());
@@ -386,8 +442,11 @@ class ScoresRun {
     // encoding: reading them straight from a strided [n, H, d] view measured 2-3 % slower
     // (bench/README.md, ALiBi), and one path is simpler.
     const auto& os = out.strides();
-    out_rm_ = std::is_same<Out, C>::value && (os.elem == 1 || nk_ == 1) && os.head > 0;
-    out_cm_ = !out_rm_ && std::is_same<Out, C>::value && os.head == 1 && os.elem > 0;
+    // Per-pair decays go through the tile buffer: the epilogue scales every score anyway.
+    out_rm_ =
+        !pair_decay_ && std::is_same<Out, C>::value && (os.elem == 1 || nk_ == 1) && os.head > 0;
+    out_cm_ =
+        !pair_decay_ && !out_rm_ && std::is_same<Out, C>::value && os.head == 1 && os.elem > 0;
 
     // Units: (block of query tiles, key head).
     int nt = 1;
@@ -410,6 +469,11 @@ class ScoresRun {
     const Index by_work = std::max<Index>(1, Index(flops / kParallelMinFlops));
     threads_ = int(std::min<Index>({Index(nt), units_, by_work}));
   }
+
+  /// The plan (for tests): tiles per side, and whether a scalar decay goes per pair.
+  Index query_tiles() const { return qp_.size(); }
+  Index key_tiles() const { return kp_.size(); }
+  bool decay_per_pair() const { return pair_decay_; }
 
   void run() {
     if (units_ == 0) return;
@@ -474,7 +538,7 @@ class ScoresRun {
         a.begin(pass);
         qcache = a.take<C>(brows * G * d);
         qscale = a.take<double>(r.has_decay_ ? brows * G : 0);
-        rel = a.take<double>(kChunkRows * r.rel_);
+        rel = a.take<double>(rel_rows(std::max(TQm, TKm)) * r.rel_);
         qtile = a.take<C>(TQm * d);
         qcoef = a.take<C>(TQm * r.coef_);
         kcoef = a.take<C>(TKm * r.coef_);
@@ -484,6 +548,7 @@ class ScoresRun {
         rbias = a.take<Out>(TQm);
         cbias = a.take<Out>(TKm);
         kscale = a.take<double>(TKm);
+        pfac = a.take<double>(r.pair_decay_ ? TKm : 0);
         delta = a.take<double>(std::max(TQm, TKm));
         cross = a.take<double>(std::max(r.rel_, 1));
         xcoef = a.take<C>(std::max(r.coef_, 1));
@@ -511,7 +576,7 @@ class ScoresRun {
     Blocking blocking;
     Buf<C> qcache, qtile, qcoef, kcoef, ktile, kdecay, tile, scratch, blockA, blockB, xcoef;
     Buf<C> psoa, pbeta, ptau;
-    Buf<double> qscale, rel, kscale, delta, cross, ppos, pw;
+    Buf<double> qscale, rel, kscale, pfac, delta, cross, ppos, pw;
     PolyWork<C> poly;
     Buf<Out> rbias, cbias;
     Buf<Index> row0;
@@ -558,8 +623,10 @@ class ScoresRun {
     }
   }
   // Coefficient rows of A(delta[r]) (A^T when transpose), through a relative table of
-  // kChunkRows rows at a time (rel: kChunkRows * rel_ doubles).
+  // kChunkRows rows at a time (rel: rel_rows(rows) * rel_ doubles). Tables are sized by the
+  // rows present, never by kChunkRows alone: at d = 2^20 one row of rel is 8 MiB.
   static constexpr Index kChunkRows = 64;
+  static Index rel_rows(Index rows) { return std::max<Index>(1, std::min(kChunkRows, rows)); }
   void coefficients(const double* delta, Index rows, C* coef, bool transpose, double* rel) const {
     for (Index r0 = 0; r0 < rows; r0 += kChunkRows) {
       const Index m = std::min(kChunkRows, rows - r0);
@@ -593,15 +660,8 @@ class ScoresRun {
                Index ldb, C alpha, int mask) const {
     const Index i0 = qp_.begin[std::size_t(I)], m = qp_.rows(I);
     const Index j0 = kp_.begin[std::size_t(J)], n = kp_.rows(J);
-    const bool alibi = has_alibi_ && opt_.alibi_slopes[std::size_t(h)] != 0;
+    const bool alibi = alibi_bias(ws, h, I, J);
     const bool direct = out_rm_ || out_cm_;
-    if (alibi) {  // −m (t_i − s_j) = −m (t_i − T_I) − m (T_I − s_j): both small near the anchor
-      const double mh = opt_.alibi_slopes[std::size_t(h)], T = qp_.anchor[std::size_t(I)];
-      for (Index i = 0; i < m; ++i)
-        ws.rbias[std::size_t(i)] = Out(-mh * (t_[std::size_t(i0 + i)] - T));
-      for (Index j = 0; j < n; ++j)
-        ws.cbias[std::size_t(j)] = Out(-mh * (T - s_[std::size_t(j0 + j)]));
-    }
     C* res = ws.tile.data();
     Index ldr = n;
     if (direct) {
@@ -646,7 +706,42 @@ class ScoresRun {
     epilogue(ws, h, I, J, res, ldr, mask, alibi && !direct);
   }
 
-  // Mask (direct tiles) or conversion to `out` with bias and mask (buffered tiles).
+  // ALiBi of head h for tile (I, J) into ws.rbias, ws.cbias (false: no bias for this head):
+  // −m (t_i − s_j) = −m (t_i − T_I) − m (T_I − s_j), both small near the anchor.
+  bool alibi_bias(Workspace& ws, Index h, Index I, Index J) const {
+    if (!has_alibi_ || opt_.alibi_slopes[std::size_t(h)] == 0) return false;
+    const Index i0 = qp_.begin[std::size_t(I)], m = qp_.rows(I);
+    const Index j0 = kp_.begin[std::size_t(J)], n = kp_.rows(J);
+    const double mh = opt_.alibi_slopes[std::size_t(h)], T = qp_.anchor[std::size_t(I)];
+    for (Index i = 0; i < m; ++i)
+      ws.rbias[std::size_t(i)] = Out(-mh * (t_[std::size_t(i0 + i)] - T));
+    for (Index j = 0; j < n; ++j)
+      ws.cbias[std::size_t(j)] = Out(-mh * (T - s_[std::size_t(j0 + j)]));
+    return true;
+  }
+
+  // Per-pair decay: does every γ_h^(t_i − s_j) of tile (I, J) underflow to 0 in double? The
+  // largest is at the smallest t_i − s_j, lo_I − hi_J, and e^x = 0 in double for x < −745.2.
+  // Then every score is ±0 (the reference's score · 0) plus the ALiBi bias, and no mask
+  // applies (every t_i > s_j): the tile is written without its GEMM.
+  bool decay_underflows(Index h, Index I, Index J) const {
+    return pair_decay_ &&
+           lam_[std::size_t(h)] * (qp_.lo[std::size_t(I)] - kp_.hi[std::size_t(J)]) < -746.0;
+  }
+  void fill_underflow(Workspace& ws, Index h, Index I, Index J) const {
+    const Index i0 = qp_.begin[std::size_t(I)], m = qp_.rows(I);
+    const Index j0 = kp_.begin[std::size_t(J)], n = kp_.rows(J);
+    const bool alibi = alibi_bias(ws, h, I, J);
+    for (Index i = 0; i < m; ++i) {
+      Out* o = out_ptr(h, i0 + i, j0);
+      const Index st = out_.strides().elem;
+      for (Index j = 0; j < n; ++j)
+        o[j * st] = alibi ? Out(ws.rbias[std::size_t(i)] + ws.cbias[std::size_t(j)]) : Out(0);
+    }
+  }
+
+  // Mask (direct tiles) or conversion to `out` with the per-pair decay, bias and mask
+  // (buffered tiles).
   void epilogue(Workspace& ws, Index h, Index I, Index J, const C* res, Index ldr, int mask,
                 bool alibi) const {
     const Index i0 = qp_.begin[std::size_t(I)], m = qp_.rows(I);
@@ -668,6 +763,17 @@ class ScoresRun {
         const C* PEAL_RESTRICT src = res + i * ldr;
         Out* o = out_ptr(h, i0 + i, j0);
         const Index st = out_.strides().elem;
+        if (pair_decay_) {  // γ^(t_i − s_j) = exp(ln γ (t_i − s_j)), as the reference forms it
+          double* PEAL_RESTRICT f = ws.pfac.data();
+          decay_row(lam_[std::size_t(h)], ti, sj, n, f);
+          for (Index j = 0; j < n; ++j) {
+            Out v = Out(double(src[j]) * f[j]);
+            if (alibi) v += rb[i] + cb[j];
+            if (mask && sj[j] > ti) v = ninf;
+            o[j * st] = v;
+          }
+          continue;
+        }
         for (Index j = 0; j < n; ++j) {
           Out v = Out(src[j]);
           if (alibi) v += rb[i] + cb[j];
@@ -836,6 +942,10 @@ class ScoresRun {
         }
         for (Index g = 0; g < G; ++g) {
           const Index h = kh * G + g;
+          if (decay_underflows(h, I, J)) {
+            fill_underflow(ws, h, I, J);
+            continue;
+          }
           double alpha = opt_.scale;
           const C* a;
           const Index lda = d;
@@ -928,6 +1038,7 @@ class ScoresRun {
   Index d_ = 0, Hq_ = 0, Hk_ = 1, G_ = 1, nq_ = 0, nk_ = 0;
   std::vector<double> t_, s_, lam_;
   bool has_decay_ = false, has_alibi_ = false, identity_ = false, pure_ = true;
+  bool pair_decay_ = false;  // γ^(t_i − s_j) per pair in the epilogue (steep decays)
   TilePlan qp_, kp_;
   int rel_ = 0, coef_ = 0;
   Buf<C> qcoef_shared_, kcoef_shared_;
@@ -961,6 +1072,12 @@ void check_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
   if (out.tokens() != Hq || out.heads() != q.tokens() || out.dim() != k.tokens())
     fail(w + ": out is " + extents(out.tokens(), out.heads(), out.dim()) +
          ", expected [Hq, nq, nk] = " + extents(Hq, q.tokens(), k.tokens()));
+  // out is written while q and k are still being read, tile by tile: it must not share
+  // memory with them (byte ranges compared, detail/overlap.hpp). q and k may overlap.
+  if (may_overlap(out, q))
+    fail(w + ": out overlaps q (the output must not share memory with the queries)");
+  if (may_overlap(out, k))
+    fail(w + ": out overlaps k (the output must not share memory with the keys)");
   tq.check(q.tokens(), (w + " (query positions)").c_str());
   tk.check(k.tokens(), (w + " (key positions)").c_str());
   if (!std::isfinite(opt.scale)) fail(w + ": scale must be finite");
@@ -1034,7 +1151,8 @@ void scores_reference(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
 /// (−∞ where causal and s_j > t_i), fused and rebased (see the top of this file).
 /// q: [nq, Hq, d], k: [nk, Hk, d] (Hq a multiple of Hk; float, double, Eigen::half or
 /// Eigen::bfloat16, const or not), out: [Hq, nq, nk] of float or double, not overlapping
-/// q or k. Throws peal::invalid_argument on inconsistent extents, positions or options.
+/// q or k. Throws peal::invalid_argument on inconsistent extents, positions or options and
+/// on an out that overlaps q or k (byte ranges compared, detail/overlap.hpp).
 template <class E, class Tq, class Tk, class Out>
 void scores(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
             const Positions& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {

@@ -2,15 +2,23 @@
 // and K, [tokens, heads, dim], with arbitrary element strides (in the spirit of
 // std::mdspan with a layout_stride mapping). T may be const, and is float, double,
 // Eigen::half or Eigen::bfloat16 for the kernels.
+//
+// Construction checks (peal::invalid_argument): extents >= 0; non-null data unless the view
+// is empty; every product of a stride and an extent, and their sum, the view's address span,
+// fits in ptrdiff_t counted in bytes (so that every address and every difference of two
+// addresses of the view is representable); and a writable view is injective: no two distinct
+// index triples address the same element (an exact test, detail/overlap.hpp). A const view
+// may broadcast (stride 0, e.g. one key head read by several query heads).
 #pragma once
 
 #include <Eigen/Core>
-#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <sstream>
+#include <string>
 #include <type_traits>
 
+#include "detail/overlap.hpp"
 #include "errors.hpp"
 
 namespace peal {
@@ -31,9 +39,10 @@ class TensorView {
   TensorView() = default;
   /// Densely packed [tokens, heads, dim].
   TensorView(T* data, Index tokens, Index heads, Index dim)
-      : TensorView(data, tokens, heads, dim, Strides{heads * dim, dim, 1}) {}
-  /// Arbitrary element strides. Throws on negative extents or strides under which two
-  /// distinct indices of a writable view would address the same element.
+      : TensorView(data, tokens, heads, dim, dense_strides(tokens, heads, dim)) {}
+  /// Arbitrary element strides. Throws on negative extents, null data, an address span
+  /// beyond ptrdiff_t, or strides under which two distinct indices of a writable view would
+  /// address the same element.
   TensorView(T* data, Index tokens, Index heads, Index dim, Strides strides)
       : data_(data), ext_{tokens, heads, dim}, str_(strides) {
     validate();
@@ -50,9 +59,14 @@ class TensorView {
     const bool row_major = std::decay_t<Derived>::IsRowMajor;
     const Index row_stride = row_major ? d.outerStride() : d.innerStride();
     const Index col_stride = row_major ? d.innerStride() : d.outerStride();
+    const Index col_abs = detail::checked_abs(col_stride);
+    const Index head_stride = col_abs < 0 ? -1 : detail::checked_mul(dim, col_abs);
+    detail::require(head_stride >= 0,
+                    "TensorView: dim times the column stride of the matrix does not fit in "
+                    "ptrdiff_t");
     data_ = d.data();
     ext_ = {d.rows(), heads, dim};
-    str_ = {row_stride, dim * col_stride, col_stride};
+    str_ = {row_stride, col_stride < 0 ? -head_stride : head_stride, col_stride};
     validate();
   }
 
@@ -75,32 +89,48 @@ class TensorView {
   }
 
  private:
+  static void check_extents(Index tokens, Index heads, Index dim) {
+    if (tokens < 0 || heads < 0 || dim < 0) {
+      std::ostringstream os;
+      os << "TensorView: extents must be non-negative, got [" << tokens << ", " << heads << ", "
+         << dim << "]";
+      detail::fail(os.str());
+    }
+  }
+  static Strides dense_strides(Index tokens, Index heads, Index dim) {
+    check_extents(tokens, heads, dim);
+    const Index hd = detail::checked_mul(heads, dim);
+    if (hd < 0) {
+      std::ostringstream os;
+      os << "TensorView: heads * dim = " << heads << " * " << dim
+         << " (the token stride of a dense view) does not fit in ptrdiff_t";
+      detail::fail(os.str());
+    }
+    return Strides{hd, dim, 1};
+  }
+  std::string describe() const {
+    std::ostringstream os;
+    os << "strides {" << str_.token << ", " << str_.head << ", " << str_.elem << "} of a ["
+       << ext_[0] << ", " << ext_[1] << ", " << ext_[2] << "] view";
+    return os.str();
+  }
   void validate() const {
-    detail::require(ext_[0] >= 0 && ext_[1] >= 0 && ext_[2] >= 0,
-                    "TensorView: extents must be non-negative");
+    check_extents(ext_[0], ext_[1], ext_[2]);
     if (empty()) return;
     detail::require(data_ != nullptr, "TensorView: null data with non-zero extents");
-    // Injectivity: sort the axes of extent > 1 by |stride|; each stride must step over
-    // the whole span of the faster axes. Required for writable views only: a const view
-    // may broadcast (stride 0), e.g. one key head read by several query heads.
+    // Every offset t s_t + h s_h + i s_e, and every difference of two, lies within the span.
+    const Index str[3] = {str_.token, str_.head, str_.elem};
+    const Index span = detail::address_span(ext_.data(), str, 3);
+    const Index bytes = span < 0 ? -1 : detail::checked_mul(span + 1, Index(sizeof(T)));
+    if (bytes < 0)
+      detail::fail("TensorView: the address span of the " + describe() +
+                   " does not fit in ptrdiff_t");
+    // Injectivity, for writable views only: a const view may broadcast.
     if (std::is_const<T>::value) return;
-    std::array<std::pair<Index, Index>, 3> ax{{{str_.token, ext_[0]}, {str_.head, ext_[1]},
-                                               {str_.elem, ext_[2]}}};
-    std::sort(ax.begin(), ax.end(), [](auto a, auto b) {
-      return std::abs(a.first) < std::abs(b.first);
-    });
-    Index span = 1;  // elements covered by the faster axes
-    for (const auto& [stride, extent] : ax) {
-      if (extent == 1) continue;
-      if (std::abs(stride) < span) {
-        std::ostringstream os;
-        os << "TensorView: strides {" << str_.token << ", " << str_.head << ", " << str_.elem
-           << "} make distinct elements of a [" << ext_[0] << ", " << ext_[1] << ", " << ext_[2]
-           << "] view overlap";
-        detail::fail(os.str());
-      }
-      span = std::abs(stride) * extent;
-    }
+    if (detail::self_overlaps(ext_.data(), str))
+      detail::fail("TensorView: the " + describe() +
+                   " make distinct elements overlap (a writable view must address each "
+                   "element once)");
   }
 
   T* data_ = nullptr;

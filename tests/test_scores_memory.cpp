@@ -1,0 +1,158 @@
+// Working memory of scores() for small calls (include/peal/scores.hpp, ScoresRun and its
+// Workspace): every table and buffer is sized by the rows actually present, so a call with a
+// few tokens at a large dim d needs O(d) bytes per row, not the O(64 d) of tables sized for
+// a full chunk of kChunkRows rows (a 1x1 call at d = 2^20 used to allocate 579 MB).
+//
+// Measured with a counting global operator new (this translation unit replaces it for the
+// whole test program; it only counts while `counting` is set, and forwards to malloc). The
+// call runs on a fresh thread, so that its thread-local arena and table cache start empty
+// and their allocation is seen. Eigen's own matrices use malloc directly and are not
+// counted; scores() keeps its working memory in std::vector and its arena (new[]).
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <peal/peal.hpp>
+#include <peal/scores.hpp>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::atomic<bool> counting{false};
+std::atomic<long long> live{0}, peak{0};
+
+constexpr std::size_t kHeader = 64;  // room for the size and the base, keeps 64-byte alignment
+
+void* counted_alloc(std::size_t n, std::size_t align) {
+  const std::size_t head = align > kHeader ? align : kHeader;  // a power of two
+  void* raw = std::malloc(n + 2 * head);
+  if (raw == nullptr) throw std::bad_alloc();
+  const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(raw) + 2 * head - 1) & ~(head - 1);
+  auto* p = reinterpret_cast<std::uintptr_t*>(at);
+  p[-1] = n;
+  p[-2] = reinterpret_cast<std::uintptr_t>(raw);
+  if (counting.load(std::memory_order_relaxed)) {
+    const long long now = live.fetch_add(static_cast<long long>(n)) + static_cast<long long>(n);
+    long long pk = peak.load();
+    while (now > pk && !peak.compare_exchange_weak(pk, now)) {
+    }
+  }
+  return p;
+}
+void counted_free(void* q) noexcept {
+  if (q == nullptr) return;
+  auto* p = static_cast<std::uintptr_t*>(q);
+  if (counting.load(std::memory_order_relaxed)) live.fetch_sub(static_cast<long long>(p[-1]));
+  std::free(reinterpret_cast<void*>(p[-2]));
+}
+
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_alloc(n, 16); }
+void* operator new[](std::size_t n) { return counted_alloc(n, 16); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, std::size_t(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, std::size_t(a)); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n, 16);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n, 16);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { counted_free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+
+namespace {
+
+using peal::Index;
+using peal::Positions;
+using peal::ScoreOptions;
+using peal::TensorView;
+
+/// Peak bytes allocated (beyond what was live before) while scores() runs on a new thread.
+template <class T, class E>
+long long peak_of_call(const E& enc, Index nq, Index nk, const ScoreOptions& opt) {
+  const Index d = enc.dim();
+  std::vector<T> q(std::size_t(nq * d)), k(std::size_t(nk * d));
+  std::mt19937 rng(3);
+  std::normal_distribution<double> N(0.0, 1.0);
+  for (auto& x : q) x = T(N(rng));
+  for (auto& x : k) x = T(N(rng));
+  std::vector<float> out(std::size_t(nq * nk));
+  long long result = 0;
+  std::thread worker([&] {
+    const long long before = live.load();
+    peak.store(before);
+    counting.store(true);
+    peal::scores(enc, TensorView<const T>(q.data(), nq, 1, d), Positions::sequence(5.0),
+                 TensorView<const T>(k.data(), nk, 1, d), Positions::sequence(0.0),
+                 TensorView<float>(out.data(), 1, nq, nk), opt);
+    counting.store(false);
+    result = peak.load() - before;
+  });
+  worker.join();
+  return result;
+}
+
+peal::Bank<peal::RotationBlock<double>> bank(int pairs, double a) {
+  std::vector<peal::RotationBlock<double>> b;
+  for (int i = 0; i < pairs; ++i)
+    b.emplace_back(std::pow(10000.0, -2.0 * i / (2.0 * pairs)), a * (1.0 + double(i) / pairs));
+  return peal::Bank<peal::RotationBlock<double>>(b);
+}
+
+}  // namespace
+
+// Bound, in doubles per coordinate of d (d = 2 nb for nb rotation blocks; values of the
+// arithmetic type C count as doubles), for a call with r = max(nq, nk) <= 64 rows:
+//   the coder's parameters (w_hi, w_lo, a: 3 nb doubles)                       1.5
+//   the table cache's key, which lists them (up to twice that while its vector grows) 3
+//   the shared coefficient tables, query and key (d values a row, <= r rows each)     2 r
+//   the relative table used to build them (<= 3 nb doubles a row, <= r rows)        1.5 r
+//   the workspace: query cache, query tile, query and key coefficients, key tile, key
+//   decay rows (d values a row, r rows each), its relative table (1.5 r), one cross
+//   row (1.5), one composed row (1) and the scratch (4 d values)             6.5 r + 6.5
+// i.e. (11 + 10 r) doubles per coordinate, plus a little that does not grow with d. Tables
+// sized for kChunkRows = 64 rows would be 2 x 64 x 1.5 = 192 doubles per coordinate more.
+TEST_CASE("scores: working memory of small calls is sized by the rows present",
+          "[scores][memory]") {
+  const int nb = 1 << 19;  // d = 2^20
+  const Index d = 2 * nb;
+  auto bound = [&](Index rows) { return (11 + 10 * rows) * 8 * d + (1 << 20); };
+  SECTION("1 x 1, RoPE, float") {
+    const long long got = peak_of_call<float>(bank(nb, 0.0), 1, 1, ScoreOptions{});
+    INFO("peak " << got << " bytes, bound " << bound(1));
+    CHECK(got <= bound(1));
+  }
+  SECTION("1 x 1, RoPE, double") {
+    const long long got = peak_of_call<double>(bank(nb, 0.0), 1, 1, ScoreOptions{});
+    INFO("peak " << got << " bytes, bound " << bound(1));
+    CHECK(got <= bound(1));
+  }
+  SECTION("2 x 3, decaying rotations and a scalar decay, float") {
+    ScoreOptions opt;
+    opt.decay = {0.9};
+    const long long got = peak_of_call<float>(bank(nb / 4, -1e-3), 2, 3, opt);
+    INFO("peak " << got << " bytes, bound " << bound(3) / 4);
+    CHECK(got <= bound(3) / 4);
+  }
+}
