@@ -303,6 +303,13 @@ ScoreOptions with_decay() {
   o.decay = decays();
   return o;
 }
+// γ = 1e-300 on every head: rebased through tiles this made one-token tiles (80x slower);
+// scores() applies such a decay per pair instead (docs/kernels-scores.md §4).
+ScoreOptions with_steep_decay() {
+  ScoreOptions o;
+  o.decay.assign(std::size_t(kHeads), 1e-300);
+  return o;
+}
 ScoreOptions causal() {
   ScoreOptions o;
   o.causal = true;
@@ -391,6 +398,9 @@ void reg(const std::string& name, Fn fn, bool naive_only = false) {
   });
   reg_pair("retnet_decay", [](benchmark::State& s) {
     paired(s, rope(s.range(1), Layout::Interleaved), with_decay());
+  });
+  reg_pair("steep_decay", [](benchmark::State& s) {
+    paired(s, rope(s.range(1), Layout::Interleaved), with_steep_decay());
   });
   reg_pair("xpos", [](benchmark::State& s) { paired(s, peal::xpos<double>(int(s.range(1))), {}); });
   reg_pair("mixed_jordan2", [](benchmark::State& s) { paired(s, mixed(s.range(1)), {}); });

@@ -771,6 +771,7 @@ TEST_CASE("encode: factors past the range give ±inf or the finite value, never 
                     std::vector<double>{1.0});  // G(1) = A(-1) = e^{100} [[1, -1], [0, 1]]
   CHECK(kj[0] == -std::numeric_limits<float>::infinity());
   CHECK(kj[1] == std::numeric_limits<float>::infinity());
+}
 
 // ---- Overlap of source and destination (out of place) ---------------------------------------
 // Out of place, the kernels read each source row after earlier rows of the destination were

@@ -1180,6 +1180,7 @@ TEST_CASE("scores: results past the range are ±inf or exact, never NaN", "[scor
   const peal::Bank<RB> still({RB(0.0L)});
   check(run(still, {1, 0}, 0, {1, 0}, 2000, opt), inf);
   check(run(still, {1, 0}, 0, {0, 1}, 2000, opt), 0);
+}
 
 // ---- Overlap of the output with the inputs ------------------------------------------------
 // The kernel reads q and k tile by tile while it writes out: an `out` overlapping `k` gave
