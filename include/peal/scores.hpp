@@ -72,6 +72,7 @@
 
 #include "bank.hpp"
 #include "detail/compiler.hpp"
+#include "detail/eigen_gemm.hpp"
 #include "detail/exp_kernel.hpp"
 #include "detail/overlap.hpp"
 #include "detail/scores_coders.hpp"
@@ -304,22 +305,8 @@ inline TilePlan plan_tiles(const double* t, Index n, Index max_rows, double h) {
   return p;
 }
 
-// ---- GEMM: res (m x n, order ResOrder, leading dimension ldr) += alpha A B^T, with A m x k
-// and B n x k, both row-major. Eigen's own blocked kernel, called without its OpenMP layer
-// (our threads already split the work; Eigen's nested parallel regions would oversubscribe).
-template <class C, int ResOrder>
-inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb,
-                     C* res, Index ldr, C alpha, Eigen::internal::level3_blocking<C, C>& blocking) {
-  Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
-                                                 Eigen::ColMajor, false, ResOrder, 1>::run(m, n, k,
-                                                                                           a, lda,
-                                                                                           b, ldb,
-                                                                                           res, 1,
-                                                                                           ldr,
-                                                                                           alpha,
-                                                                                           blocking,
-                                                                                           nullptr);
-}
+// ---- GEMM: detail/eigen_gemm.hpp (Eigen's blocked kernel, res += alpha A B^T) --------------
+using eigen_gemm::gemm_abt;
 
 // ---- The driver ---------------------------------------------------------------------------
 template <class C, class E, class Tq, class Tk, class Out>
@@ -531,7 +518,7 @@ class ScoresRun {
       // Eigen's packing buffers: sizes from its own blocking heuristic, for the orientation
       // used (a row-major result is computed as the transposed column-major product).
       Index kc = kd, mc = r.out_cm_ ? TQm : TKm, nc = r.out_cm_ ? TKm : TQm;
-      Eigen::internal::computeProductBlockingSizes<C, C, 1>(kc, mc, nc, Index(1));
+      eigen_gemm::product_blocking_sizes<C>(kc, mc, nc);
       Arena& a = thread_arena();
       a.reset();
       for (int pass = 0; pass < 2; ++pass) {  // pass 0 sizes, pass 1 carves
@@ -566,13 +553,7 @@ class ScoresRun {
       poly.soa = psoa.data(), poly.beta = pbeta.data(), poly.tau = ptau.data();
       poly.pos = ppos.data(), poly.w = pw.data(), poly.ld = pl;
     }
-    struct Blocking : Eigen::internal::level3_blocking<C, C> {
-      Blocking() = default;
-      Blocking(Index mc, Index nc, Index kc, C* A, C* B) {
-        this->m_mc = mc, this->m_nc = nc, this->m_kc = kc;
-        this->m_blockA = A, this->m_blockB = B;
-      }
-    };
+    using Blocking = eigen_gemm::GemmBlocking<C>;
     Blocking blocking;
     Buf<C> qcache, qtile, qcoef, kcoef, ktile, kdecay, tile, scratch, blockA, blockB, xcoef;
     Buf<C> psoa, pbeta, ptau;

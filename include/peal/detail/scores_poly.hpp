@@ -41,6 +41,7 @@
 
 #include "../block_diagonal.hpp"
 #include "compiler.hpp"
+#include "eigen_gemm.hpp"
 #include "exp_poly.hpp"
 #include "../jordan_block.hpp"
 #include "../view.hpp"
@@ -117,22 +118,22 @@ inline bool exact_sum(double x, double y, double s) {
 template <int M, class C>
 void poly_line(C* PEAL_RESTRICT o, Index n, const C* PEAL_RESTRICT V, Index ld,
                const C* PEAL_RESTRICT beta, C alpha, const C* PEAL_RESTRICT R) {
-  namespace ei = Eigen::internal;
-  using Pk = typename ei::packet_traits<C>::type;
-  constexpr Index L = ei::packet_traits<C>::size;
+  namespace eg = eigen_gemm;  // Eigen's packets, through the adaptor
+  using Pk = eg::packet_t<C>;
+  constexpr Index L = eg::packet_size<C>;
   Pk r[M * M];
-  for (int e = 0; e < M * M; ++e) r[e] = ei::pset1<Pk>(R[e]);
-  const Pk pa = ei::pset1<Pk>(alpha);
+  for (int e = 0; e < M * M; ++e) r[e] = eg::pset1<Pk>(R[e]);
+  const Pk pa = eg::pset1<Pk>(alpha);
   Index x = 0;
   for (; x + L <= n; x += L) {
-    const Pk tau = ei::padd(pa, ei::ploadu<Pk>(beta + x));
-    Pk acc = ei::ploadu<Pk>(o + x);
+    const Pk tau = eg::padd(pa, eg::ploadu<Pk>(beta + x));
+    Pk acc = eg::ploadu<Pk>(o + x);
     for (int b = 0; b < M; ++b) {
       Pk y = r[b * M + b];
-      for (int m = b - 1; m >= 0; --m) y = ei::pmadd(y, tau, r[b * M + m]);
-      acc = ei::pmadd(ei::ploadu<Pk>(V + b * ld + x), y, acc);
+      for (int m = b - 1; m >= 0; --m) y = eg::pmadd(y, tau, r[b * M + m]);
+      acc = eg::pmadd(eg::ploadu<Pk>(V + b * ld + x), y, acc);
     }
-    ei::pstoreu(o + x, acc);
+    eg::pstoreu(o + x, acc);
   }
   for (; x < n; ++x) {
     const C tau = alpha + beta[x];
