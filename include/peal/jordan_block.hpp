@@ -8,7 +8,9 @@
 
 #include <array>
 #include <cmath>
+#include <vector>
 
+#include "block_traits.hpp"
 #include "detail/exp_poly.hpp"
 #include "encoding.hpp"
 
@@ -98,6 +100,27 @@ class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
   }
 
   Real lambda_;
+};
+
+// Batch-kernel facts (block_traits.hpp): A(δ) = e^{λδ} P, P_{i,j} = δ^{j−i}/(j−i)! for
+// j >= i, a real Jordan chain; M >= 2 is evaluated per pair in compositions.
+template <int M, class S>
+struct block_traits<JordanBlock<M, S>> {
+  static constexpr int dim = M;
+  static constexpr int degree = M - 1;
+  static constexpr bool per_pair_polynomial = M >= 2;
+  static double rate(const JordanBlock<M, S>& b) { return std::abs(double(b.lambda())); }
+  static double lambda(const JordanBlock<M, S>& b) { return double(b.lambda()); }
+  static void factors(const JordanBlock<M, S>& b, double d, double& g, double* P) {
+    g = std::exp(double(b.lambda()) * d);
+    double p[M];
+    detail::taylor_row(d, M, p);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < M; ++j) P[i * M + j] = j >= i ? p[j - i] : 0.0;
+  }
+  static void signature(const JordanBlock<M, S>& b, std::vector<double>& sig) {
+    sig.push_back(double(b.lambda()));
+  }
 };
 
 }  // namespace peal

@@ -6,6 +6,7 @@
 #include "errors.hpp"
 #include "layout.hpp"
 #include "encoding.hpp"
+#include "block_traits.hpp"
 #include "real_block.hpp"
 #include "rotation_block.hpp"
 #include "jordan_block.hpp"

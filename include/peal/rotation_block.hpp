@@ -12,10 +12,13 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <sstream>
-
 #include <peal/detail/angle.hpp>
+#include <sstream>
+#include <vector>
+
+#include "block_traits.hpp"
 #include "detail/exp_poly.hpp"
+#include "detail/sincos.hpp"
 #include "encoding.hpp"
 
 namespace peal {
@@ -142,6 +145,27 @@ class RotationBlock : public Encoding<RotationBlock<S>, S> {
 
  private:
   Real omega_hi_ = 0, omega_lo_ = 0, a_ = 0;
+};
+
+// Batch-kernel facts (block_traits.hpp): A(δ) = e^{aδ} [[c, s], [−s, c]], (c, s) of ωδ with
+// the exact angle reduction (detail/sincos.hpp).
+template <class S>
+struct block_traits<RotationBlock<S>> {
+  static constexpr int dim = 2;
+  static constexpr int degree = 0;
+  static constexpr bool per_pair_polynomial = false;
+  static double rate(const RotationBlock<S>& b) { return std::abs(double(b.a())); }
+  static void factors(const RotationBlock<S>& b, double d, double& g, double* P) {
+    const auto pr = b.params();
+    const double wh = double(pr[0]), wl = double(pr[1]);
+    double s, c;
+    detail::angles_sincos(&wh, &wl, d, 1, &s, &c);
+    g = std::exp(double(b.a()) * d);
+    P[0] = c, P[1] = s, P[2] = -s, P[3] = c;
+  }
+  static void signature(const RotationBlock<S>& b, std::vector<double>& sig) {
+    for (auto p : b.params()) sig.push_back(double(p));
+  }
 };
 
 }  // namespace peal

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "detail/exp_poly.hpp"
 #include "rotation_block.hpp"
@@ -136,6 +137,38 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
 
  private:
   Real omega_hi_ = 0, omega_lo_ = 0, a_ = 0;
+};
+
+// Batch-kernel facts (block_traits.hpp): A(δ) = e^{aδ} P, 2x2 block (i, j) of P =
+// δ^{j−i}/(j−i)! [[c, s], [−s, c]] for j >= i, (c, s) of ωδ with the exact angle reduction.
+template <int M, class S>
+struct block_traits<RotationJordanBlock<M, S>> {
+  static constexpr int dim = 2 * M;
+  static constexpr int degree = M - 1;
+  static constexpr bool per_pair_polynomial = false;
+  static double rate(const RotationJordanBlock<M, S>& b) { return std::abs(double(b.a())); }
+  static void factors(const RotationJordanBlock<M, S>& b, double d, double& g, double* P) {
+    const auto pr = b.params();
+    const double wh = double(pr[0]), wl = double(pr[1]);
+    double s, c;
+    detail::angles_sincos(&wh, &wl, d, 1, &s, &c);
+    g = std::exp(double(b.a()) * d);
+    double p[M];
+    detail::taylor_row(d, M, p);
+    constexpr int D = 2 * M;
+    for (int i = 0; i < D * D; ++i) P[i] = 0;
+    for (int i = 0; i < M; ++i)
+      for (int j = i; j < M; ++j) {
+        const double f = p[j - i];
+        P[(2 * i) * D + 2 * j] = f * c;
+        P[(2 * i) * D + 2 * j + 1] = f * s;
+        P[(2 * i + 1) * D + 2 * j] = -f * s;
+        P[(2 * i + 1) * D + 2 * j + 1] = f * c;
+      }
+  }
+  static void signature(const RotationJordanBlock<M, S>& b, std::vector<double>& sig) {
+    for (auto p : b.params()) sig.push_back(double(p));
+  }
 };
 
 }  // namespace peal

@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <complex>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <tuple>
@@ -20,11 +21,9 @@
 #include "../bank.hpp"
 #include "../basis_change.hpp"
 #include "../block_diagonal.hpp"
+#include "../block_traits.hpp"
 #include "../encoding.hpp"
-#include "../jordan_block.hpp"
-#include "../real_block.hpp"
 #include "../rotation_block.hpp"
-#include "../rotation_jordan_block.hpp"
 #include "compiler.hpp"
 #include "scores_poly.hpp"
 #include "sincos.hpp"
@@ -316,128 +315,23 @@ class RotationBankCoder {
   std::vector<double> w_hi_, w_lo_, a_;
 };
 
-// (magnitude g, shape P) of A(δ) = g P for the fixed-size blocks; P is Dim x Dim row-major.
-template <class S>
-void block_factors(const RealBlock<S>& b, double d, double& g, double* P) {
-  g = std::exp(double(b.lambda()) * d);
-  P[0] = 1;
-}
-inline void poly_row(double d, int m, double* p) {  // p[j] = d^j / j!
-  p[0] = 1;
-  for (int j = 1; j < m; ++j) p[j] = p[j - 1] * d / double(j);
-}
-template <int M, class S>
-void block_factors(const JordanBlock<M, S>& b, double d, double& g, double* P) {
-  g = std::exp(double(b.lambda()) * d);
-  double p[M];
-  poly_row(d, M, p);
-  for (int i = 0; i < M; ++i)
-    for (int j = 0; j < M; ++j) P[i * M + j] = j >= i ? p[j - i] : 0.0;
-}
-template <class S>
-void block_factors(const RotationBlock<S>& b, double d, double& g, double* P) {
-  const auto pr = b.params();
-  const double wh = double(pr[0]), wl = double(pr[1]);
-  double s, c;
-  angles_sincos(&wh, &wl, d, 1, &s, &c);
-  g = std::exp(double(b.a()) * d);
-  P[0] = c, P[1] = s, P[2] = -s, P[3] = c;
-}
-template <int M, class S>
-void block_factors(const RotationJordanBlock<M, S>& b, double d, double& g, double* P) {
-  const auto pr = b.params();
-  const double wh = double(pr[0]), wl = double(pr[1]);
-  double s, c;
-  angles_sincos(&wh, &wl, d, 1, &s, &c);
-  g = std::exp(double(b.a()) * d);
-  double p[M];
-  poly_row(d, M, p);
-  constexpr int D = 2 * M;
-  for (int i = 0; i < D * D; ++i) P[i] = 0;
-  for (int i = 0; i < M; ++i)
-    for (int j = i; j < M; ++j) {
-      const double f = p[j - i];
-      P[(2 * i) * D + 2 * j] = f * c;
-      P[(2 * i) * D + 2 * j + 1] = f * s;
-      P[(2 * i + 1) * D + 2 * j] = -f * s;
-      P[(2 * i + 1) * D + 2 * j + 1] = f * c;
-    }
-}
+/// A value identifying the type B within this process (the address of a per-type object),
+/// added to the table signatures: two block types with equal trait signatures never share
+/// tables.
 template <class B>
-void block_factors(const B& b, double d, double& g, double* P) {  // any other fixed block
-  const auto a = b.A(typename B::Real(d));
-  g = 1;
-  for (int i = 0; i < B::Dim; ++i)
-    for (int j = 0; j < B::Dim; ++j) P[i * B::Dim + j] = double(a(i, j));
+inline const char type_tag_object = 0;
+template <class B>
+double type_tag() {
+  return double(reinterpret_cast<std::uintptr_t>(&type_tag_object<B>));
 }
 
-template <class S>
-double block_rate(const RealBlock<S>& b) {
-  return std::abs(double(b.lambda()));
-}
-template <int M, class S>
-double block_rate(const JordanBlock<M, S>& b) {
-  return std::abs(double(b.lambda()));
-}
-template <class S>
-double block_rate(const RotationBlock<S>& b) {
-  return std::abs(double(b.a()));
-}
-template <int M, class S>
-double block_rate(const RotationJordanBlock<M, S>& b) {
-  return std::abs(double(b.a()));
-}
-template <class B>
-double block_rate(const B& b) {
-  return generic_rate(Matrix<double>(b.generator().template cast<double>()));
-}
-
-template <class S>
-int block_degree(const RealBlock<S>&) {
-  return 0;
-}
-template <int M, class S>
-int block_degree(const JordanBlock<M, S>&) {
-  return M - 1;
-}
-template <class S>
-int block_degree(const RotationBlock<S>&) {
-  return 0;
-}
-template <int M, class S>
-int block_degree(const RotationJordanBlock<M, S>&) {
-  return M - 1;
-}
-template <class B>
-int block_degree(const B& b) {
-  return generic_degree(Matrix<double>(b.generator().template cast<double>()));
-}
-
-/// peal's own fixed-size blocks, whose params() determine A(δ) (ids for table signatures).
-template <class B>
-struct is_known_block : std::false_type {};
-template <class S>
-struct is_known_block<RealBlock<S>> : std::true_type {
-  static constexpr int id = 1;
-};
-template <class S>
-struct is_known_block<RotationBlock<S>> : std::true_type {
-  static constexpr int id = 2;
-};
-template <int M, class S>
-struct is_known_block<JordanBlock<M, S>> : std::true_type {
-  static constexpr int id = 3;
-};
-template <int M, class S>
-struct is_known_block<RotationJordanBlock<M, S>> : std::true_type {
-  static constexpr int id = 4;
-};
-
-/// Blocks of one fixed size M (a single block, or a Bank of any block type): per block the
-/// magnitude and the M x M shape of A(δ); composition multiplies shapes in double.
+/// Blocks with block_traits (block_traits.hpp) of one fixed size M (a single block, or a
+/// Bank of them): per block the magnitude and the M x M shape of A(δ) (traits::factors);
+/// composition multiplies shapes in double.
 template <class C, class Block>
 class FixedBlocksCoder {
-  static constexpr int M = Block::Dim;
+  using traits = block_traits<Block>;
+  static constexpr int M = traits::dim;
   static constexpr int MM = M * M;
 
  public:
@@ -453,26 +347,20 @@ class FixedBlocksCoder {
   int rel_size() const { return nb_ * (1 + MM); }
   int coef_size() const { return nb_ * MM; }
   bool signature(std::vector<double>& sig) const {
-    if constexpr (!is_known_block<Block>::value) {
-      (void)sig;
-      return false;
-    } else {
-      sig.push_back(2);
-      sig.push_back(M);
-      sig.push_back(nb_);
-      sig.push_back(double(layout_ == Layout::Interleaved));
-      sig.push_back(double(is_known_block<Block>::id));
-      for (const auto& b : blocks_)
-        for (auto p : b.params()) sig.push_back(double(p));
-      return true;
-    }
+    sig.push_back(2);  // coder kind
+    sig.push_back(M);
+    sig.push_back(nb_);
+    sig.push_back(double(layout_ == Layout::Interleaved));
+    sig.push_back(type_tag<Block>());
+    for (const auto& b : blocks_) traits::signature(b, sig);
+    return true;
   }
 
   void relative(const double* delta, Index n, double* rel, Index ld) const {
     for (Index r = 0; r < n; ++r)
       for (int b = 0; b < nb_; ++b) {
         double* o = rel + r * ld + b * (1 + MM);
-        block_factors(blocks_[std::size_t(b)], delta[r], o[0], o + 1);
+        traits::factors(blocks_[std::size_t(b)], delta[r], o[0], o + 1);
         o[0] = clamp_magnitude(o[0]);
       }
   }
@@ -521,8 +409,8 @@ class FixedBlocksCoder {
   void init() {
     nb_ = int(blocks_.size());
     for (const auto& b : blocks_) {
-      rate_ = std::max(rate_, block_rate(b));
-      degree_ = std::max(degree_, block_degree(b));
+      rate_ = std::max(rate_, traits::rate(b));
+      degree_ = std::max(degree_, block_degree_of(b));
     }
   }
   std::vector<Block> blocks_;
@@ -566,7 +454,7 @@ class PassThroughCoder {
 /// detail/scores_poly.hpp), else its own.
 template <class C, class P, bool Split>
 using part_coder_t =
-    std::conditional_t<Split && is_poly_part<P>::value, ZeroCoder<C>, coder_t<C, P>>;
+    std::conditional_t<Split && is_per_pair_polynomial<P>::value, ZeroCoder<C>, coder_t<C, P>>;
 
 // dst <- X R src: the coder's one-pass apply_both when it has one, else apply R, then X.
 template <class K, class = void>
@@ -777,7 +665,7 @@ template <class S>
 struct is_fast_rotation<RotationBlock<S>> : std::is_same<real_t<S>, double> {};
 
 template <class C, class E, class>
-struct coder_for {
+struct coder_for {  // no traits: the encoding's own apply, per row
   using type = FallbackCoder<C, E>;
 };
 template <class C, class S>
@@ -786,24 +674,13 @@ struct coder_for<C, Bank<RotationBlock<S>>,
   using type = RotationBankCoder<C>;
 };
 template <class C, class B>
-struct coder_for<C, Bank<B>, std::enable_if_t<!is_fast_rotation<B>::value>> {
+struct coder_for<C, Bank<B>,
+                 std::enable_if_t<has_block_traits<B>::value && !is_fast_rotation<B>::value>> {
   using type = FixedBlocksCoder<C, B>;
 };
-template <class C, class S>
-struct coder_for<C, RealBlock<S>> {
-  using type = FixedBlocksCoder<C, RealBlock<S>>;
-};
-template <class C, class S>
-struct coder_for<C, RotationBlock<S>> {
-  using type = FixedBlocksCoder<C, RotationBlock<S>>;
-};
-template <class C, int M, class S>
-struct coder_for<C, JordanBlock<M, S>> {
-  using type = FixedBlocksCoder<C, JordanBlock<M, S>>;
-};
-template <class C, int M, class S>
-struct coder_for<C, RotationJordanBlock<M, S>> {
-  using type = FixedBlocksCoder<C, RotationJordanBlock<M, S>>;
+template <class C, class B>  // a block with block_traits
+struct coder_for<C, B, std::enable_if_t<has_block_traits<B>::value>> {
+  using type = FixedBlocksCoder<C, B>;
 };
 template <class C, class S>
 struct coder_for<C, PassThrough<S>> {
@@ -822,9 +699,10 @@ struct coder_for<C, E, std::enable_if_t<has_encoding_type<E>::value>>
     : coder_for<C, typename E::encoding_type> {};
 
 /// How scores() splits an encoding between the GEMM (coder) and the per-pair polynomial
-/// epilogue (poly, detail/scores_poly.hpp): a BlockDiagonal with real JordanBlock<M ≥ 2> parts
-/// at its top level evaluates those parts per pair; everything else (a bare or banked Jordan
-/// block, a nested composition, a BasisChange, RotationJordanBlock) goes through the GEMM.
+/// epilogue (poly, detail/scores_poly.hpp): a BlockDiagonal whose top-level parts include
+/// blocks with block_traits<P>::per_pair_polynomial (real Jordan chains, JordanBlock<M ≥ 2>)
+/// evaluates those parts per pair; everything else (a bare or banked Jordan block, a nested
+/// composition, a BasisChange, RotationJordanBlock) goes through the GEMM.
 template <class C, class E, class = void>
 struct scores_split : std::false_type {
   using coder = coder_t<C, E>;

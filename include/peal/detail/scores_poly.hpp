@@ -1,8 +1,10 @@
 // Per-pair evaluation of the polynomial (Jordan) parts of a composition inside peal::scores
 // (docs/kernels-scores.md §3, "Polynomial parts per pair").
 //
-// A JordanBlock<M>{λ} on coordinates [o, o + M) has X = λI + N, N with ones on the
-// superdiagonal, so A(τ)_{a,c} = e^{λτ} τ^{c−a}/(c−a)! for c ≥ a and its share of a score is
+// A part whose block_traits set per_pair_polynomial (block_traits.hpp: a real Jordan
+// chain, e.g. JordanBlock<M>{λ}, M >= 2) on coordinates [o, o + M) has X = λI + N, N with
+// ones on the superdiagonal, so A(τ)_{a,c} = e^{λτ} τ^{c−a}/(c−a)! for c ≥ a and its share
+// of a score is
 //     q_Jᵀ A(τ) k_J = e^{λτ} Σ_{c<M} k_c Σ_{m≤c} q_{c−m} τ^m/m!,        τ = t_i − s_j.
 // Through the two-step tiled product (scores.hpp) these polynomial terms cancel against each
 // other and lose (1 + 4h)^(M−1) of the result, h the tiles' half-spread, which caps float
@@ -40,25 +42,21 @@
 #include <vector>
 
 #include "../block_diagonal.hpp"
+#include "../block_traits.hpp"
+#include "../view.hpp"
 #include "compiler.hpp"
 #include "eigen_gemm.hpp"
 #include "exp_poly.hpp"
-#include "../jordan_block.hpp"
-#include "../view.hpp"
 
 namespace peal {
 namespace detail {
 namespace scores_kernels {
 
-/// Parts of a composition that scores() evaluates per pair: real Jordan chains (M ≥ 2).
-template <class P>
-struct is_poly_part : std::false_type {};
-template <int M, class S>
-struct is_poly_part<JordanBlock<M, S>> : std::integral_constant<bool, (M >= 2)> {};
-
+/// Parts of a composition that scores() evaluates per pair: block_traits<P> with
+/// per_pair_polynomial (real Jordan chains; block_traits.hpp), which also give dim and lambda.
 template <class... Parts>
-struct any_poly_part : std::integral_constant<bool, (false || ... || is_poly_part<Parts>::value)> {
-};
+struct any_poly_part
+    : std::integral_constant<bool, (false || ... || is_per_pair_polynomial<Parts>::value)> {};
 
 /// Coder (the interface of detail/scores_coders.hpp) of a part evaluated per pair: its
 /// coordinates of the GEMM operands are zero. Its growth rate enters the tile plan through
@@ -147,7 +145,7 @@ void poly_line(C* PEAL_RESTRICT o, Index n, const C* PEAL_RESTRICT V, Index ld,
   }
 }
 
-/// The polynomial parts of a BlockDiagonal<Parts...>: each is_poly_part part contributes its
+/// The polynomial parts of a BlockDiagonal<Parts...>: each per-pair part contributes its
 /// term above to every pair of a tile (the other parts contribute nothing here).
 template <class C, class... Parts>
 class PolyEpilogue {
@@ -186,8 +184,8 @@ class PolyEpilogue {
     w.posmax = posmax;
     each([&](auto I) {
       using P = part_t<decltype(I)::value>;
-      if constexpr (is_poly_part<P>::value) {
-        constexpr int M = P::Dim;
+      if constexpr (is_per_pair_polynomial<P>::value) {
+        constexpr int M = block_traits<P>::dim;
         const int o = off_[I];
         const double lt = lambda_[I] + lng;
         for (Index x = 0; x < n; ++x)
@@ -222,8 +220,8 @@ class PolyEpilogue {
     }
     each([&](auto I) {
       using P = part_t<decltype(I)::value>;
-      if constexpr (is_poly_part<P>::value) {
-        constexpr int M = P::Dim;
+      if constexpr (is_per_pair_polynomial<P>::value) {
+        constexpr int M = block_traits<P>::dim;
         const int o0 = off_[I];
         const double lt = lambda_[I] + w.lng;
         const double f = scale * (lt == 0 ? 1.0 : std::exp(lt * a));
@@ -290,10 +288,10 @@ class PolyEpilogue {
       using P = part_t<i>;
       rows_[i + 1] = rows_[i];
       lambda_[i] = 0;
-      if constexpr (is_poly_part<P>::value) {
-        lambda_[i] = double(bd.template part<i>().lambda());
+      if constexpr (is_per_pair_polynomial<P>::value) {
+        lambda_[i] = block_traits<P>::lambda(bd.template part<i>());
         rate_ = std::max(rate_, std::abs(lambda_[i]));
-        rows_[i + 1] += P::Dim;
+        rows_[i + 1] += block_traits<P>::dim;
       }
     });
   }
