@@ -118,4 +118,129 @@ struct Case {
   using Scalar = S;
 };
 
+// ---- Families added for the kernel-conformance suite (tests/conformance_suite.hpp) ----------
+
+// Compositions nested in a composition, next to a top-level Jordan block: the kernels recurse
+// into the nested parts, and scores() keeps the nested JordanBlock<3> in its GEMM while the
+// top-level JordanBlock<2> is evaluated per pair (docs/kernels-scores.md §3).
+struct NestedFam {
+  static constexpr const char* name = "Nested";
+  template <class S>
+  static auto build(Draw& d) {  // one draw per statement: the twins draw in the same order
+    auto bank = BankFam<RotationFam, peal::Layout::HalfSplit, 2>::build<S>(d);
+    auto j3 = JordanFam<3>::build<S>(d);
+    auto inner = peal::compose(bank, j3, peal::PassThrough<S>(1));
+    auto j2 = JordanFam<2>::build<S>(d);
+    auto real = RealFam::build<S>(d);
+    auto rj = RotationJordanFam<1>::build<S>(d);
+    auto tail = peal::compose(real, rj);
+    return peal::compose(inner, j2, tail, peal::PassThrough<S>(1));
+  }
+};
+
+// The same rotation bank with another Scalar, parameter for parameter (omega_hi, omega_lo, a
+// copied exactly): the long double twin of a preset built in double, whose rates a preset
+// would otherwise round differently for each Scalar (xpos, retnet: a = ln(...) in real_t<S>).
+template <class S>
+peal::Bank<peal::RotationBlock<S>> rotation_bank_as(
+    const peal::Bank<peal::RotationBlock<double>>& b) {
+  using R = peal::real_t<S>;
+  std::vector<peal::RotationBlock<S>> blocks;
+  for (int i = 0; i < b.size(); ++i) {
+    const auto p = b.block(i).params();
+    blocks.push_back(peal::RotationBlock<S>::from_params({R(p[0]), R(p[1]), R(p[2])}));
+  }
+  return peal::Bank<peal::RotationBlock<S>>(blocks, b.layout());
+}
+
+// RoPE presets (rope.hpp): every rope_type, a layout, a head size and a rotary percentage
+// (partial rotary: the PassThrough tail). The frequencies are computed in long double for every
+// Scalar, so rope<double> and rope<long double> have the same omega exactly.
+template <peal::RopeType Type, peal::Layout L, int HeadDim, int RotaryPercent = 100>
+struct RopeFam {
+  static constexpr const char* name = "rope";
+  static peal::RopeConfig config() {
+    peal::RopeConfig c;
+    c.head_dim = HeadDim;
+    c.rope_theta = Type == peal::RopeType::Llama3 ? 500000.0 : 10000.0;
+    c.partial_rotary_factor = RotaryPercent / 100.0;
+    c.layout = L;
+    c.max_position_embeddings = 131072;
+    auto& sc = c.scaling;
+    sc.type = Type;
+    const int pairs = int(HeadDim * c.partial_rotary_factor) / 2;
+    switch (Type) {
+      case peal::RopeType::Default:
+        break;
+      case peal::RopeType::Linear:
+        sc.factor = 4.0;
+        break;
+      case peal::RopeType::Dynamic:
+        sc.factor = 2.0, c.max_position_embeddings = 4096;
+        break;
+      case peal::RopeType::Yarn:
+        sc.factor = 4.0, sc.original_max_position_embeddings = 4096;
+        break;
+      case peal::RopeType::LongRope: {
+        sc.original_max_position_embeddings = 4096;
+        std::vector<double> s(static_cast<std::size_t>(pairs)), l(static_cast<std::size_t>(pairs));
+        for (int i = 0; i < pairs; ++i) {
+          const double u = pairs > 1 ? double(i) / (pairs - 1) : 0.0;
+          s[std::size_t(i)] = 1.0 + 0.3 * u, l[std::size_t(i)] = 1.0 + 63.0 * u * u;
+        }
+        sc.short_factor = s, sc.long_factor = l;
+        break;
+      }
+      case peal::RopeType::Llama3:
+        sc.factor = 8.0, sc.low_freq_factor = 1.0, sc.high_freq_factor = 4.0;
+        sc.original_max_position_embeddings = 8192;
+        break;
+    }
+    return c;
+  }
+  // seq_len matters for dynamic NTK and LongRoPE: past the trained length, so they rescale.
+  template <class S>
+  static auto build(Draw&) {
+    return peal::rope<S>(config(), 8192.0);
+  }
+};
+
+// xPos (xpos.hpp), head size 32.
+struct XposFam {
+  static constexpr const char* name = "xpos";
+  template <class S>
+  static auto build(Draw&) {
+    return rotation_bank_as<S>(peal::xpos<double>(32));
+  }
+};
+
+// RetNet (retnet.hpp): the encoding of head Head of 3, head size 32 (gamma = 1 - 2^(-5-Head)).
+template <int Head>
+struct RetNetFam {
+  static constexpr const char* name = "retnet";
+  template <class S>
+  static auto build(Draw&) {
+    return rotation_bank_as<S>(peal::retnet<double>(32, 3)[Head]);
+  }
+};
+
+// ALiBi's Jordan construction (alibi.hpp, docs/design.md §1): a rotation bank composed with
+// alibi(m).encoding() = JordanBlock<2>{0}. shape() gives the inputs their augmentation: the last
+// two coordinates of a query are (1, 0), of key head h (0, -m_h) with m = alibi_slopes(heads),
+// so that the score carries the bias -m_h (t - s).
+struct AlibiFam {
+  static constexpr const char* name = "alibi";
+  template <class S>
+  static auto build(Draw& d) {
+    return peal::compose(BankFam<RotationFam, peal::Layout::Interleaved, 3>::build<S>(d),
+                         peal::alibi<S>(0.5).encoding());
+  }
+  template <class V>
+  static void shape(bool query, int head, int heads, V& v) {
+    const auto n = v.size();
+    v[n - 2] = query ? 1 : 0;
+    v[n - 1] = query ? 0 : -peal::alibi_slopes(heads)[std::size_t(head)];
+  }
+};
+
 }  // namespace peal_test

@@ -1,0 +1,1621 @@
+// The kernel-conformance suite: every batch kernel against a long double reference, for every
+// encoding family of families.hpp (after STYLE.md's "a kernel has a plain scalar reference next
+// to it", as property_suite.hpp does for the algebra):
+//   encode_queries / encode_keys  y = F(t) x, G(s) x per token, in place and out of place
+//                                 (src and dst of different storage types);
+//   shift_keys                    against the shift factor applied to the encoded key, and
+//                                 against G(s + delta) x;
+//   scores                        against q^T A(t - s) k per pair, with every ScoreOptions.
+// The reference is the family's long double twin (families build the same encoding for any
+// scalar from the same random stream), evaluated on the inputs AFTER rounding to the storage
+// type, so every tolerance is about the kernel. The tolerances are the kernels' documented
+// bounds (docs/kernels-encode.md "Accuracy", docs/kernels-scores.md §3) plus the terms those
+// bounds leave out and the kernels need in double arithmetic (tolerances.hpp, Tol::encode and
+// Tol::score: conditioning of e^{lambda t}, absolute angle error, rounded position differences).
+// Where a result is outside a kernel's documented domain (encode's growth beyond the range of
+// the types; scores within the rebasing headroom of overflow or underflow) it is counted, not
+// checked, and every family must still check every storage type.
+//
+// Covered, by a covering design (dimensions rotate with the case index; not the full product):
+// tokens 1, 3, 7, 17, 63, 65, 257; heads 1 and 3 (and Hq = 2 Hk); float, double, Eigen::half,
+// Eigen::bfloat16 storage; packed aligned views, views offset by one element, padded token and
+// head strides, element stride 2, head-major strides; regular, irregular (gaps 1e-3..1e3) and
+// large (~1.7e9) positions; several tiles and irregular tiles (query_tile / key_tile 7, 16);
+// threads 1 and 2 (bitwise equal results); the long double encodings themselves in the kernels.
+//
+// Cost: the kernels are instantiated once per ENCODING TYPE (KernelsOf, a small switch over the
+// storage combinations listed in encode_pairs / score_triples); the reference once per long
+// double encoding type (OracleOf); everything else is ordinary code shared by all families.
+//
+// Adding a kernel (e.g. attention): a virtual entry in KernelSet and its switch in KernelsOf,
+// and a check_attention_case(oracle, kernels, case, ScoreInputs) beside check_scores_case,
+// called from run_kernel_conformance where marked (one function per kernel family, taking the
+// family's reference, its kernels and the shared inputs).
+#pragma once
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "families.hpp"
+#include "tolerances.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace peal_test {
+namespace conformance {
+
+using peal::Index;
+using peal::Positions;
+using peal::ScoreOptions;
+using peal::Strides;
+using peal::TensorView;
+using LD = long double;
+using LMatrix = peal::Matrix<LD>;
+using LVector = peal::Vector<LD>;
+
+// What the kernels accept in long double: long double ENCODINGS (encode applies them in long
+// double, scores reads their parameters in double, docs/kernels-scores.md §1; both are run
+// below), not long double storage.
+static_assert(!peal::detail::is_storage<long double>::value,
+              "the kernels store float, double, half or bfloat16, never long double");
+
+// ---- Storage types ---------------------------------------------------------------------------
+enum class Storage { f32, f64, f16, bf16 };
+
+inline const char* storage_name(Storage s) {
+  switch (s) {
+    case Storage::f32:
+      return "float";
+    case Storage::f64:
+      return "double";
+    case Storage::f16:
+      return "half";
+    case Storage::bf16:
+      return "bfloat16";
+  }
+  return "?";
+}
+inline std::size_t storage_bytes(Storage s) {
+  return s == Storage::f64 ? 8 : s == Storage::f32 ? 4 : 2;
+}
+inline LD storage_eps(Storage s) {
+  switch (s) {
+    case Storage::f32:
+      return Tol<float>::storage_eps<float>();
+    case Storage::f64:
+      return Tol<float>::storage_eps<double>();
+    case Storage::f16:
+      return Tol<float>::storage_eps<Eigen::half>();
+    case Storage::bf16:
+      return Tol<float>::storage_eps<Eigen::bfloat16>();
+  }
+  return 0;
+}
+template <class T>
+LD limit_max() {
+  return static_cast<LD>(static_cast<double>(static_cast<float>(std::numeric_limits<T>::max())));
+}
+inline LD storage_max(Storage s) {
+  switch (s) {
+    case Storage::f32:
+      return std::numeric_limits<float>::max();
+    case Storage::f64:
+      return std::numeric_limits<double>::max();
+    case Storage::f16:
+      return limit_max<Eigen::half>();
+    case Storage::bf16:
+      return limit_max<Eigen::bfloat16>();
+  }
+  return 0;
+}
+// Smallest subnormal (the absolute spacing of results that land in the subnormal range).
+inline LD storage_floor(Storage s) {
+  switch (s) {
+    case Storage::f32:
+      return std::numeric_limits<float>::denorm_min();
+    case Storage::f64:
+      return std::numeric_limits<double>::denorm_min();
+    case Storage::f16:
+      return std::ldexp(1.0L, -24);
+    case Storage::bf16:
+      return std::ldexp(1.0L, -133);
+  }
+  return 0;
+}
+// The kernels compute in double when either side stores double, in float otherwise.
+inline bool double_arithmetic(Storage a, Storage b) {
+  return a == Storage::f64 || b == Storage::f64;
+}
+
+// Element i of caller memory, through the library's own conversions (detail/storage.hpp).
+inline LD load(Storage s, const void* base, Index i) {
+  using peal::detail::to_arith;
+  switch (s) {
+    case Storage::f32:
+      return static_cast<const float*>(base)[i];
+    case Storage::f64:
+      return static_cast<const double*>(base)[i];
+    case Storage::f16:
+      return to_arith<double>(static_cast<const Eigen::half*>(base)[i]);
+    case Storage::bf16:
+      return to_arith<double>(static_cast<const Eigen::bfloat16*>(base)[i]);
+  }
+  return 0;
+}
+inline void store(Storage s, void* base, Index i, LD v) {
+  using peal::detail::from_arith;
+  const double x = static_cast<double>(v);
+  switch (s) {
+    case Storage::f32:
+      static_cast<float*>(base)[i] = float(x);
+      return;
+    case Storage::f64:
+      static_cast<double*>(base)[i] = x;
+      return;
+    case Storage::f16:
+      static_cast<Eigen::half*>(base)[i] = from_arith<Eigen::half>(x);
+      return;
+    case Storage::bf16:
+      static_cast<Eigen::bfloat16*>(base)[i] = from_arith<Eigen::bfloat16>(x);
+      return;
+  }
+}
+
+// ---- Caller memory: a [tokens, heads, dim] view inside a larger buffer ------------------------
+enum class Shape { aligned, offset, padded, elem_stride2, heads_major };
+inline const char* shape_name(Shape s) {
+  const char* n[] = {"aligned", "offset by one", "padded strides", "element stride 2",
+                     "head-major"};
+  return n[int(s)];
+}
+
+struct Geometry {
+  Index tokens, heads, dim;
+  Strides str;
+  Index offset;  // element (0, 0, 0), in elements from the 64-byte aligned start
+  Index size() const {
+    if (tokens == 0 || heads == 0 || dim == 0) return offset + 1;
+    return offset + (tokens - 1) * str.token + (heads - 1) * str.head + (dim - 1) * str.elem + 1;
+  }
+  Index at(Index t, Index h, Index j) const {
+    return offset + t * str.token + h * str.head + j * str.elem;
+  }
+};
+
+inline Geometry make_geometry(Shape sh, Index n, Index H, Index d) {
+  switch (sh) {
+    case Shape::aligned:
+      return {n, H, d, Strides{H * d, d, 1}, 0};
+    case Shape::offset:
+      return {n, H, d, Strides{H * d, d, 1}, 1};
+    case Shape::padded:
+      return {n, H, d, Strides{H * (d + 3) + 5, d + 3, 1}, 1};
+    case Shape::elem_stride2:
+      return {n, H, d, Strides{2 * H * d + 1, 2 * d, 2}, 1};
+    case Shape::heads_major:
+      return {n, H, d, Strides{d, n * d + 7, 1}, 1};
+  }
+  return {n, H, d, Strides{H * d, d, 1}, 0};
+}
+
+/// A view of one storage type and its caller memory, type-erased.
+struct AnyView {
+  Storage type;
+  void* data;  // element (0, 0, 0)
+  Index tokens, heads, dim;
+  Strides str;
+};
+template <class T>
+TensorView<T> typed(const AnyView& v) {
+  using U = std::remove_const_t<T>;
+  return TensorView<T>(static_cast<U*>(v.data), v.tokens, v.heads, v.dim, v.str);
+}
+
+/// 64-byte aligned memory holding a view of geometry g; every element starts as `fill` (NaN
+/// in the padding of inputs poisons any read outside the view).
+class Buffer {
+ public:
+  Buffer(Storage type, const Geometry& g, LD fill) : type_(type), g_(g) {
+    mem_.assign(std::size_t(g.size()) * storage_bytes(type) + 64, 0);
+    const auto p = reinterpret_cast<std::uintptr_t>(mem_.data());
+    base_ = mem_.data() + ((64 - p % 64) % 64);
+    const std::size_t b = storage_bytes(type);
+    store(type_, base_, 0, fill);
+    for (std::size_t i = 1; i < std::size_t(g.size()); ++i) std::memcpy(base_ + i * b, base_, b);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Storage type() const { return type_; }
+  const Geometry& geometry() const { return g_; }
+  LD at(Index t, Index h, Index j) const { return load(type_, base_, g_.at(t, h, j)); }
+  void set(Index t, Index h, Index j, LD v) { store(type_, base_, g_.at(t, h, j), v); }
+  AnyView view() const {
+    return {type_,     base_ + std::size_t(g_.offset) * storage_bytes(type_),
+            g_.tokens, g_.heads,
+            g_.dim,    g_.str};
+  }
+  std::vector<unsigned char> snapshot() const {
+    return std::vector<unsigned char>(base_, base_ + std::size_t(g_.size()) * storage_bytes(type_));
+  }
+  /// The view's values, [t][h][j] packed.
+  std::vector<LD> values() const {
+    std::vector<LD> v;
+    v.reserve(std::size_t(g_.tokens * g_.heads * g_.dim));
+    for (Index t = 0; t < g_.tokens; ++t)
+      for (Index h = 0; h < g_.heads; ++h)
+        for (Index j = 0; j < g_.dim; ++j) v.push_back(at(t, h, j));
+    return v;
+  }
+  /// Elements outside the view whose bytes differ from `before` (nothing may be written there).
+  Index changed_outside(const std::vector<unsigned char>& before) const {
+    std::vector<char> inside(std::size_t(g_.size()), 0);
+    for (Index t = 0; t < g_.tokens; ++t)
+      for (Index h = 0; h < g_.heads; ++h)
+        for (Index j = 0; j < g_.dim; ++j) inside[std::size_t(g_.at(t, h, j))] = 1;
+    const std::size_t b = storage_bytes(type_);
+    Index changed = 0;
+    for (Index i = 0; i < g_.size(); ++i)
+      if (!inside[std::size_t(i)] &&
+          std::memcmp(before.data() + std::size_t(i) * b, base_ + std::size_t(i) * b, b) != 0)
+        ++changed;
+    return changed;
+  }
+
+ private:
+  Storage type_;
+  Geometry g_;
+  std::vector<unsigned char> mem_;
+  unsigned char* base_ = nullptr;
+};
+
+// ---- The kernels of one encoding, type-erased over storage -------------------------------------
+enum class Side { query, key };
+
+struct StoragePair {
+  Storage src, dst;
+};
+struct StorageTriple {
+  Storage q, k, out;
+};
+// The storage combinations the suite instantiates per encoding type: the suite's compile time is
+// one kernel instantiation per encoding type and combination (a scores() instantiation of a
+// composition takes ~1-2 s). full: the double encodings; reduced: the long double encodings
+// (encode in place in float and double, scores in double arithmetic).
+// Out-of-place encode with a storage change (in place and out of place into the same type run
+// for every storage type): narrowing in float arithmetic, widening into double arithmetic.
+inline std::vector<StoragePair> encode_pairs(bool full) {
+  using S = Storage;
+  if (!full) return {};
+  return {{S::f32, S::f16}, {S::f16, S::f64}};
+}
+// q, k, out of scores: float and double arithmetic writing their own type (the GEMM writes into
+// out directly) and the other one (through the tile buffer); half and bfloat16 read; mixed
+// float/double views (double arithmetic). The storage conversion of the rows does not depend on
+// the encoding (it precedes the coder), so the storage types need no combination of their own.
+inline std::vector<StorageTriple> score_triples(bool full) {
+  using S = Storage;
+  if (!full) return {{S::f64, S::f64, S::f64}};
+  return {{S::f32, S::f32, S::f32},
+          {S::f64, S::f64, S::f64},
+          {S::f16, S::bf16, S::f64},
+          {S::f32, S::f64, S::f32}};
+}
+
+class KernelSet {
+ public:
+  virtual ~KernelSet() = default;
+  virtual bool full() const = 0;
+  /// encode_queries / encode_keys; src.data == dst.data calls the in-place overload.
+  virtual void encode(Side side, const AnyView& src, const AnyView& dst,
+                      const Positions& p) const = 0;
+  /// shift_keys; src.data == dst.data calls the in-place overload.
+  virtual void shift(const AnyView& src, const AnyView& dst, double delta) const = 0;
+  virtual void scores(const AnyView& q, const Positions& tq, const AnyView& k, const Positions& tk,
+                      const AnyView& out, const ScoreOptions& opt) const = 0;
+  // A later attention kernel: virtual void attention(...) const = 0; (see the file comment).
+};
+
+[[noreturn]] inline void unsupported(const char* what, Storage a, Storage b) {
+  throw std::logic_error(std::string("conformance suite: ") + what + " not instantiated for " +
+                         storage_name(a) + " -> " + storage_name(b));
+}
+
+/// The kernels of encoding type E, for the storage combinations of encode_pairs(Full) and
+/// score_triples(Full) (and every storage type in place and into itself).
+template <class E, bool Full>
+class KernelsOf final : public KernelSet {
+ public:
+  explicit KernelsOf(const E& e) : e_(e) {}
+  bool full() const override { return Full; }
+
+  void encode(Side side, const AnyView& s, const AnyView& d, const Positions& p) const override {
+    using S = Storage;
+    if (s.data == d.data) {
+      switch (s.type) {
+        case S::f32:
+          return inplace<float>(side, s, p);
+        case S::f64:
+          return inplace<double>(side, s, p);
+        case S::f16:
+          if constexpr (Full) return inplace<Eigen::half>(side, s, p);
+          break;
+        case S::bf16:
+          if constexpr (Full) return inplace<Eigen::bfloat16>(side, s, p);
+          break;
+      }
+    } else if (s.type == d.type) {  // a non-const source: the same instantiation as in place
+      switch (s.type) {
+        case S::f32:
+          return copy<float, float>(side, s, d, p);
+        case S::f64:
+          return copy<double, double>(side, s, d, p);
+        case S::f16:
+          if constexpr (Full) return copy<Eigen::half, Eigen::half>(side, s, d, p);
+          break;
+        case S::bf16:
+          if constexpr (Full) return copy<Eigen::bfloat16, Eigen::bfloat16>(side, s, d, p);
+          break;
+      }
+    } else if constexpr (Full) {
+      if (s.type == S::f32 && d.type == S::f16)
+        return copy<const float, Eigen::half>(side, s, d, p);
+      if (s.type == S::f16 && d.type == S::f64)
+        return copy<const Eigen::half, double>(side, s, d, p);
+    }
+    unsupported("encode", s.type, d.type);
+  }
+
+  void shift(const AnyView& s, const AnyView& d, double delta) const override {
+    using S = Storage;
+    if (s.data == d.data) {
+      switch (s.type) {
+        case S::f32:
+          return peal::shift_keys(e_, typed<float>(s), delta);
+        case S::f64:
+          return peal::shift_keys(e_, typed<double>(s), delta);
+        case S::f16:
+          if constexpr (Full) return peal::shift_keys(e_, typed<Eigen::half>(s), delta);
+          break;
+        case S::bf16:
+          if constexpr (Full) return peal::shift_keys(e_, typed<Eigen::bfloat16>(s), delta);
+          break;
+      }
+    } else if (s.type == d.type) {
+      switch (s.type) {
+        case S::f32:
+          return shift2<float, float>(s, d, delta);
+        case S::f64:
+          return shift2<double, double>(s, d, delta);
+        case S::f16:
+          if constexpr (Full) return shift2<Eigen::half, Eigen::half>(s, d, delta);
+          break;
+        case S::bf16:
+          if constexpr (Full) return shift2<Eigen::bfloat16, Eigen::bfloat16>(s, d, delta);
+          break;
+      }
+    } else if constexpr (Full) {
+      if (s.type == S::f32 && d.type == S::f16)
+        return shift2<const float, Eigen::half>(s, d, delta);
+      if (s.type == S::f16 && d.type == S::f64)
+        return shift2<const Eigen::half, double>(s, d, delta);
+    }
+    unsupported("shift_keys", s.type, d.type);
+  }
+
+  void scores(const AnyView& q, const Positions& tq, const AnyView& k, const Positions& tk,
+              const AnyView& out, const ScoreOptions& opt) const override {
+    using S = Storage;
+    auto is = [&](S a, S b, S c) { return q.type == a && k.type == b && out.type == c; };
+    if (is(S::f64, S::f64, S::f64)) return run<double, double, double>(q, tq, k, tk, out, opt);
+    if constexpr (Full) {
+      if (is(S::f32, S::f32, S::f32)) return run<float, float, float>(q, tq, k, tk, out, opt);
+      if (is(S::f16, S::bf16, S::f64))
+        return run<Eigen::half, Eigen::bfloat16, double>(q, tq, k, tk, out, opt);
+      if (is(S::f32, S::f64, S::f32)) return run<float, double, float>(q, tq, k, tk, out, opt);
+    }
+    unsupported("scores", q.type, out.type);
+  }
+
+ private:
+  template <class T>
+  void inplace(Side side, const AnyView& v, const Positions& p) const {
+    if (side == Side::query)
+      peal::encode_queries(e_, typed<T>(v), p);
+    else
+      peal::encode_keys(e_, typed<T>(v), p);
+  }
+  template <class TS, class TD>
+  void copy(Side side, const AnyView& s, const AnyView& d, const Positions& p) const {
+    if (side == Side::query)
+      peal::encode_queries(e_, typed<TS>(s), typed<TD>(d), p);
+    else
+      peal::encode_keys(e_, typed<TS>(s), typed<TD>(d), p);
+  }
+  template <class TS, class TD>
+  void shift2(const AnyView& s, const AnyView& d, double delta) const {
+    peal::shift_keys(e_, typed<TS>(s), typed<TD>(d), delta);
+  }
+  template <class Tq, class Tk, class Out>
+  void run(const AnyView& q, const Positions& tq, const AnyView& k, const Positions& tk,
+           const AnyView& out, const ScoreOptions& opt) const {
+    peal::scores(e_, typed<const Tq>(q), tq, typed<const Tk>(k), tk, typed<Out>(out), opt);
+  }
+
+  const E& e_;
+};
+
+// ---- Structure of an encoding, stated independently of the kernels ------------------------------
+// growth_rate: max |Re lambda| over the blocks (the exponential factors e^{a t}).
+// gemm_degree: the longest Jordan chain minus one that scores() keeps in its GEMM: every chain
+// except the real JordanBlock<M >= 2> parts at the top level of a composition, which it
+// evaluates per pair (docs/kernels-scores.md §3, "Which encodings"). Declared before they are
+// defined so that the overloads find each other through the composites.
+template <class S>
+LD growth_rate(const peal::RealBlock<S>& b);
+template <class S>
+LD growth_rate(const peal::RotationBlock<S>& b);
+template <int M, class S>
+LD growth_rate(const peal::JordanBlock<M, S>& b);
+template <int M, class S>
+LD growth_rate(const peal::RotationJordanBlock<M, S>& b);
+template <class S>
+LD growth_rate(const peal::PassThrough<S>&);
+template <class B>
+LD growth_rate(const peal::Bank<B>& b);
+template <class... P>
+LD growth_rate(const peal::BlockDiagonal<P...>& b);
+template <class E>
+LD growth_rate(const peal::BasisChange<E>& b);
+template <class S>
+int gemm_degree(const peal::RealBlock<S>&, bool);
+template <class S>
+int gemm_degree(const peal::RotationBlock<S>&, bool);
+template <int M, class S>
+int gemm_degree(const peal::JordanBlock<M, S>&, bool top_part);
+template <int M, class S>
+int gemm_degree(const peal::RotationJordanBlock<M, S>&, bool);
+template <class S>
+int gemm_degree(const peal::PassThrough<S>&, bool);
+template <class B>
+int gemm_degree(const peal::Bank<B>& b, bool);
+template <class... P>
+int gemm_degree(const peal::BlockDiagonal<P...>& b, bool);
+template <class E>
+int gemm_degree(const peal::BasisChange<E>& b, bool);
+
+template <class S>
+LD growth_rate(const peal::RealBlock<S>& b) {
+  return std::abs(LD(b.lambda()));
+}
+template <class S>
+LD growth_rate(const peal::RotationBlock<S>& b) {
+  return std::abs(LD(b.a()));
+}
+template <int M, class S>
+LD growth_rate(const peal::JordanBlock<M, S>& b) {
+  return std::abs(LD(b.lambda()));
+}
+template <int M, class S>
+LD growth_rate(const peal::RotationJordanBlock<M, S>& b) {
+  return std::abs(LD(b.a()));
+}
+template <class S>
+LD growth_rate(const peal::PassThrough<S>&) {
+  return 0;
+}
+template <class B>
+LD growth_rate(const peal::Bank<B>& b) {
+  LD r = 0;
+  for (int i = 0; i < b.size(); ++i) r = std::max(r, growth_rate(b.block(i)));
+  return r;
+}
+template <class... P, std::size_t... I>
+LD growth_rate_parts(const peal::BlockDiagonal<P...>& b, std::index_sequence<I...>) {
+  return std::max({LD(0), growth_rate(b.template part<I>())...});
+}
+template <class... P>
+LD growth_rate(const peal::BlockDiagonal<P...>& b) {
+  return growth_rate_parts(b, std::index_sequence_for<P...>{});
+}
+template <class E>
+LD growth_rate(const peal::BasisChange<E>& b) {
+  return growth_rate(b.inner());
+}
+
+template <class S>
+int gemm_degree(const peal::RealBlock<S>&, bool) {
+  return 0;
+}
+template <class S>
+int gemm_degree(const peal::RotationBlock<S>&, bool) {
+  return 0;
+}
+template <int M, class S>
+int gemm_degree(const peal::JordanBlock<M, S>&, bool top_part) {
+  return top_part && M >= 2 ? 0 : M - 1;
+}
+template <int M, class S>
+int gemm_degree(const peal::RotationJordanBlock<M, S>&, bool) {
+  return M - 1;
+}
+template <class S>
+int gemm_degree(const peal::PassThrough<S>&, bool) {
+  return 0;
+}
+template <class B>
+int gemm_degree(const peal::Bank<B>& b, bool) {
+  return b.size() > 0 ? gemm_degree(b.block(0), false) : 0;
+}
+template <class... P, std::size_t... I>
+int gemm_degree_parts(const peal::BlockDiagonal<P...>& b, bool top, std::index_sequence<I...>) {
+  return std::max({0, gemm_degree(b.template part<I>(), top)...});
+}
+// A composition reached here is nested (in a composition or a basis change): all in the GEMM.
+template <class... P>
+int gemm_degree(const peal::BlockDiagonal<P...>& b, bool) {
+  return gemm_degree_parts(b, false, std::index_sequence_for<P...>{});
+}
+template <class E>
+int gemm_degree(const peal::BasisChange<E>& b, bool) {
+  return gemm_degree(b.inner(), false);
+}
+// The encoding itself: a composition's own parts are "top-level parts".
+template <class... P>
+int scores_degree(const peal::BlockDiagonal<P...>& b) {
+  return gemm_degree_parts(b, true, std::index_sequence_for<P...>{});
+}
+template <class E>
+int scores_degree(const E& e) {
+  return gemm_degree(e, false);
+}
+
+template <class E>
+struct is_basis_change : std::false_type {};
+template <class E>
+struct is_basis_change<peal::BasisChange<E>> : std::true_type {};
+
+/// An upper bound of the 2-norm: ||A||_2 <= sqrt(||A||_1 ||A||_inf).
+inline LD norm2_bound(const LMatrix& A) {
+  if (A.size() == 0) return 0;
+  const LD n1 = A.cwiseAbs().colwise().sum().maxCoeff();
+  const LD ninf = A.cwiseAbs().rowwise().sum().maxCoeff();
+  return std::sqrt(n1 * ninf);
+}
+
+// ---- The reference: the family's long double twin, type-erased ---------------------------------
+class Oracle {
+ public:
+  virtual ~Oracle() = default;
+  virtual int dim() const = 0;
+  virtual LMatrix F(LD t) const = 0;  // A(t)^T (a basis change: A_J(t)^T P^T)
+  virtual LMatrix G(LD s) const = 0;  // A(-s)  (a basis change: A_J(-s) P^{-1})
+  /// The factor shift_keys applies: A(-delta); for a basis change the inner A_J(-delta)
+  /// (docs/kernels-encode.md: G_P(s + delta) = A_J(-delta) G_P(s)).
+  virtual LMatrix shift_factor(LD delta) const = 0;
+  virtual LD score(const LVector& q, LD t, const LVector& k, LD s) const = 0;
+  /// F(p) x (query) or G(p) x (key), through the twin's own encode_query / encode_key.
+  virtual LVector encode_at(bool query, LD p, const LVector& x) const = 0;
+  /// Sizes of the score bound M = |q| ||A(tau)|| |k|; a basis change measures them where the
+  /// kernel computes, in the inner basis: ||P^T|q| ||, ||A_J(tau)||, || |P^{-1}| |k| ||.
+  virtual LD lag_norm(LD tau) const = 0;
+  virtual LD query_size(const LVector& q) const = 0;
+  virtual LD key_size(const LVector& k) const = 0;
+  /// A basis change's inner factor A_J(p)^T (query) or A_J(-p) (key), which the kernel applies
+  /// to P^T x or P^{-1} x, and those inputs bounded entrywise: |P^T||x|, |P^{-1}||x|.
+  virtual LMatrix inner_factor(bool query, LD p) const = 0;
+  virtual LVector basis_input(bool query, const LVector& x) const = 0;
+
+  bool rotations = false;  // any rotation (a skew pair of the inner generator)
+  bool basis = false;      // a basis change
+  /// No Jordan chain: A(tau) is block diagonal with blocks e^{a tau} R (inner basis), so
+  /// (A(t - c)^T q) . (A(c - s) k) is q^T A(t - s) k to a few long double ulps of |q| ||A|| |k|
+  /// for any common anchor c (the products of the blocks' factors carry no cancellation), and
+  /// ||A(tau)||_2 = max_j e^{X_jj tau}.
+  bool factorable = false;
+  LD rate = 0;     // max |Re lambda| of the blocks
+  LD xnorm = 0;    // ||X|| (inner basis)
+  int degree = 0;  // Jordan chain length - 1 in scores' GEMM
+  LD extra = 0;    // extra terms of the score bound (basis change: 2 (d + 1))
+};
+
+template <class EL>
+class OracleOf final : public Oracle {
+  static_assert(std::is_same<typename EL::Scalar, long double>::value, "the twin is long double");
+
+ public:
+  explicit OracleOf(const EL& e) : e_(e) {
+    rate = growth_rate(e);
+    degree = scores_degree(e);
+    const LMatrix X = LMatrix(inner().generator());
+    xnorm = X.norm();
+    for (Index i = 0; i < X.rows(); ++i)
+      for (Index j = 0; j < X.cols(); ++j)
+        rotations |= i != j && X(i, j) != 0 && X(i, j) == -X(j, i);
+    factorable = gemm_degree(inner(), false) == 0;
+    diag_ = X.diagonal();
+    if constexpr (is_basis_change<EL>::value) {
+      basis = true;
+      extra = 2.0L * (e.dim() + 1);
+      pt_abs_ = e.P().transpose().cwiseAbs();
+      pinv_abs_ = e.P_inverse().cwiseAbs();
+    }
+  }
+  int dim() const override { return int(e_.dim()); }
+  LMatrix F(LD t) const override { return LMatrix(e_.F(t)); }
+  LMatrix G(LD s) const override { return LMatrix(e_.G(s)); }
+  LMatrix shift_factor(LD delta) const override { return LMatrix(inner().G(delta)); }
+  LD score(const LVector& q, LD t, const LVector& k, LD s) const override {
+    return e_.score(q, t, k, s);
+  }
+  LVector encode_at(bool query, LD p, const LVector& x) const override {
+    LVector y = x;
+    if (query)
+      e_.encode_query(y, p);
+    else
+      e_.encode_key(y, p);
+    return y;
+  }
+  LD lag_norm(LD tau) const override {
+    if (factorable) {
+      LD m = 0;
+      for (Index j = 0; j < diag_.size(); ++j) m = std::max(m, std::exp(diag_(j) * tau));
+      return m;
+    }
+    return norm2_bound(LMatrix(inner().A(tau)));
+  }
+  LD query_size(const LVector& q) const override {
+    if constexpr (is_basis_change<EL>::value) return (pt_abs_ * q.cwiseAbs()).norm();
+    return q.norm();
+  }
+  LD key_size(const LVector& k) const override {
+    if constexpr (is_basis_change<EL>::value) return (pinv_abs_ * k.cwiseAbs()).norm();
+    return k.norm();
+  }
+  LMatrix inner_factor(bool query, LD p) const override {
+    return query ? LMatrix(inner().F(p)) : LMatrix(inner().G(p));
+  }
+  LVector basis_input(bool query, const LVector& x) const override {
+    if constexpr (is_basis_change<EL>::value) return (query ? pt_abs_ : pinv_abs_) * x.cwiseAbs();
+    (void)query;
+    return x.cwiseAbs();
+  }
+
+ private:
+  const auto& inner() const {
+    if constexpr (is_basis_change<EL>::value)
+      return e_.inner();
+    else
+      return e_;
+  }
+  const EL& e_;
+  LMatrix pt_abs_, pinv_abs_;
+  LVector diag_;
+};
+
+// ---- Positions ---------------------------------------------------------------------------------
+enum class PosKind { regular, irregular, large };
+inline const char* pos_name(PosKind k) {
+  const char* n[] = {"regular", "irregular", "large"};
+  return n[int(k)];
+}
+// Regular positions are a Positions::sequence, irregular ones a span, large ones either.
+inline bool kind_is_sequence(PosKind k, bool large_sequence) {
+  return k == PosKind::regular || (k == PosKind::large && large_sequence);
+}
+
+/// Positions of one side: a sequence, or a span owned here.
+struct PositionSet {
+  std::vector<double> v;  // every position (also for a sequence)
+  bool sequence = false;
+  double start = 0, step = 0;
+  Positions positions() const { return sequence ? Positions::sequence(start, step) : Positions(v); }
+  LD max_abs() const {
+    LD m = 0;
+    for (double x : v) m = std::max(m, std::abs(LD(x)));
+    return m;
+  }
+};
+inline PositionSet sequence_set(Index n, double start, double step) {
+  PositionSet p;
+  p.sequence = true, p.start = start, p.step = step;
+  const Positions s = Positions::sequence(start, step);
+  for (Index i = 0; i < n; ++i) p.v.push_back(s[i]);
+  return p;
+}
+/// Irregular timestamps: base + cumulative gaps, log-uniform in [1e-3, 1e3].
+inline PositionSet irregular_set(Index n, double base, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(-3, 3);
+  PositionSet p;
+  double t = base;
+  for (Index i = 0; i < n; ++i) {
+    p.v.push_back(t);
+    t += std::pow(10.0, u(rng));
+  }
+  return p;
+}
+inline PositionSet slice(const PositionSet& p, Index b, Index n) {
+  PositionSet s;
+  s.v.assign(p.v.begin() + b, p.v.begin() + b + n);
+  return s;
+}
+// Every difference of positions (and of tile midpoints) exact in double: multiples of 1/8
+// below 2^48.
+inline bool differences_exact(const PositionSet& p) {
+  for (double x : p.v)
+    if (!(std::abs(x) < 0x1p48 && std::floor(8 * x) == 8 * x)) return false;
+  return true;
+}
+/// Largest spread of `w` consecutive positions (a tile of w tokens spans at most this).
+inline LD window_spread(const PositionSet& p, Index w) {
+  LD m = 0;
+  const Index n = Index(p.v.size());
+  for (Index i = 0; i < n; ++i) {
+    LD lo = p.v[std::size_t(i)], hi = lo;
+    for (Index j = i; j < std::min(n, i + w); ++j)
+      lo = std::min(lo, LD(p.v[std::size_t(j)])), hi = std::max(hi, LD(p.v[std::size_t(j)]));
+    m = std::max(m, hi - lo);
+  }
+  return m;
+}
+
+/// Growth allowed over a span of times: e^{rate span} <= e^40 keeps every score far inside the
+/// float range (docs/kernels-scores.md §3: the kernel needs 2^16 of headroom) and keeps encode
+/// defined where it is checked.
+constexpr LD kMaxGrowth = 40;
+
+// ---- Running statistics of one family, for the report ------------------------------------------
+struct Stats {
+  explicit Stats(const char* f) : family(f) {}
+  const char* family;
+  Index enc_checked[4] = {0, 0, 0, 0}, enc_skipped = 0, shift_checked = 0, score_checked = 0,
+        score_skipped = 0;
+  LD worst_encode = 0, worst_shift = 0, worst_scores = 0;  // max |err| / tol
+  std::string worst_scores_at;
+  // With PEAL_CONFORMANCE_REPORT set: counts and worst ratios per family (2: and the worst score).
+  void print() const {
+    const char* report = std::getenv("PEAL_CONFORMANCE_REPORT");
+    if (!report) return;
+    std::printf(
+        "conformance %-14s encode f/d/h/bf %lld/%lld/%lld/%lld (skipped %lld) worst %.3Lg | shift "
+        "%lld worst %.3Lg | scores %lld (skipped %lld) worst %.3Lg\n",
+        family, (long long)enc_checked[0], (long long)enc_checked[1], (long long)enc_checked[2],
+        (long long)enc_checked[3], (long long)enc_skipped, worst_encode, (long long)shift_checked,
+        worst_shift, (long long)score_checked, (long long)score_skipped, worst_scores);
+    if (report[0] == '2') std::printf("  worst score: %s\n", worst_scores_at.c_str());
+  }
+};
+
+/// Counts mismatches and keeps the first one's description.
+struct Mismatches {
+  Index bad = 0;
+  std::string first;
+  void add(const std::string& what) {
+    if (!bad++) first = what;
+  }
+};
+
+/// Random inputs in (-1, 1), rounded to the view's storage type (the reference reads them back).
+/// shape (optional): a family's fixed coordinates (ALiBi's augmentation), per head.
+using Shaper = void (*)(bool query, int head, int heads, LVector& v);
+inline void fill_inputs(Buffer& b, std::mt19937_64& rng, Shaper shape = nullptr,
+                        bool query = true) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  const Geometry& g = b.geometry();
+  LVector v(g.dim);
+  for (Index t = 0; t < g.tokens; ++t)
+    for (Index h = 0; h < g.heads; ++h) {
+      for (Index j = 0; j < g.dim; ++j) v(j) = u(rng);
+      if (shape && g.dim >= 2) shape(query, int(h), int(g.heads), v);
+      for (Index j = 0; j < g.dim; ++j) b.set(t, h, j, v(j));
+    }
+}
+inline LVector segment(const std::vector<LD>& v, Index at, Index d) {
+  LVector x(d);
+  for (Index j = 0; j < d; ++j) x(j) = v[std::size_t(at + j)];
+  return x;
+}
+
+// ---- encode_queries / encode_keys / shift_keys -------------------------------------------------
+
+/// One case of the encode covering design.
+struct EncodeCase {
+  Index tokens, heads;
+  PosKind pos;
+  bool sequence;  // large positions as Positions::sequence (else a span)
+  Storage src, dst;
+  Shape src_shape, dst_shape;
+  bool in_place;
+  double delta;  // of shift_keys
+};
+
+/// The storage an out-of-place call writes from `s` (a pair of encode_pairs, or s itself).
+inline Storage partner(Storage s, bool full) {
+  for (const StoragePair& p : encode_pairs(full))
+    if (p.src == s) return p.dst;
+  return s;
+}
+
+// c = 0 .. 27: tokens x heads (c % 7, c / 7), storage x placement x mixed (c % 4, c / 4, c / 8:
+// every storage in place and out of place into itself; float and half also into their partner
+// of encode_pairs), storage x geometry
+// (c % 4, c % 5: all 20), tokens x positions (c % 7, c % 3: all 21). Long double encodings
+// (full = false): float and double only.
+inline EncodeCase encode_case(int c, bool full) {
+  static const Index tokens[] = {1, 3, 7, 17, 63, 65, 257};
+  static const Storage all[] = {Storage::f32, Storage::f64, Storage::f16, Storage::bf16};
+  static const double deltas[] = {1.0, -7.25, 0.0, 123.5, 0.375};
+  EncodeCase e{};
+  e.tokens = tokens[c % 7];
+  e.heads = (c / 7) % 2 ? 3 : 1;
+  e.pos = PosKind(c % 3);
+  e.sequence = (c / 3) % 2 == 0;
+  e.src = full ? all[c % 4] : all[(c / 8) % 2];  // reduced: every 4th case, so c / 8
+  e.in_place = (c / 4) % 2 == 0;
+  e.dst = !e.in_place && (c / 8) % 2 == 0 ? partner(e.src, full) : e.src;
+  e.src_shape = Shape(c % 5);
+  e.dst_shape = Shape((c + 2) % 5);
+  e.delta = deltas[(c / 2) % 5];
+  return e;
+}
+
+inline std::string describe(const EncodeCase& e) {
+  std::ostringstream os;
+  os << e.tokens << " tokens x " << e.heads << " heads, " << pos_name(e.pos)
+     << (kind_is_sequence(e.pos, e.sequence) ? " (sequence)" : " (span)") << ", "
+     << storage_name(e.src) << " " << shape_name(e.src_shape);
+  if (e.in_place)
+    os << ", in place";
+  else
+    os << " -> " << storage_name(e.dst) << " " << shape_name(e.dst_shape);
+  os << ", shift " << e.delta;
+  return os.str();
+}
+
+/// Positions of an encode case: |t| <= tokens/4 (regular, step 1/2), irregular from -7.3, or
+/// around 1.7e9.
+inline PositionSet encode_positions(const EncodeCase& e, std::mt19937_64& rng) {
+  const Index n = e.tokens;
+  switch (e.pos) {
+    case PosKind::regular:
+      return sequence_set(n, -0.25 * double(n), 0.5);
+    case PosKind::irregular:
+      return irregular_set(n, -7.3, rng);
+    case PosKind::large:
+      return e.sequence ? sequence_set(n, 1.7e9 + 0.5, 1.0) : irregular_set(n, 1.7e9 + 0.3, rng);
+  }
+  return {};
+}
+
+/// The non-zeros of a factor, row by row (F(t), G(s) and the shift are sparse for block-diagonal
+/// encodings: every product below is O(non-zeros), not O(d^2)).
+struct SparseRows {
+  Index rows = 0;
+  std::vector<Index> start, col;
+  std::vector<LD> val;
+  std::vector<LD> abs_sum;  // rowsum |M|
+  bool finite = true;
+  LD min_abs = std::numeric_limits<LD>::infinity();  // smallest non-zero |M_jl|
+  explicit SparseRows(const LMatrix& M) : rows(M.rows()) {
+    start.push_back(0);
+    for (Index j = 0; j < M.rows(); ++j) {
+      LD sum = 0;
+      for (Index l = 0; l < M.cols(); ++l) {
+        const LD v = M(j, l);
+        if (v == 0) continue;
+        col.push_back(l), val.push_back(v);
+        sum += std::abs(v);
+        finite = finite && std::isfinite(v);
+        min_abs = std::min(min_abs, std::abs(v));
+      }
+      abs_sum.push_back(sum);
+      start.push_back(Index(col.size()));
+    }
+  }
+  Index nnz(Index j) const { return start[std::size_t(j + 1)] - start[std::size_t(j)]; }
+  LD dot(Index j, const LVector& x) const {
+    LD y = 0;
+    for (Index e = start[std::size_t(j)]; e < start[std::size_t(j + 1)]; ++e)
+      y += val[std::size_t(e)] * x(col[std::size_t(e)]);
+    return y;
+  }
+  LD abs_dot(Index j, const LVector& x) const {  // (|M| |x|)_j
+    LD y = 0;
+    for (Index e = start[std::size_t(j)]; e < start[std::size_t(j + 1)]; ++e)
+      y += std::abs(val[std::size_t(e)]) * std::abs(x(col[std::size_t(e)]));
+    return y;
+  }
+  LD support_sum(Index j, const LVector& x) const {  // sum_{l in row j} |x_l|
+    LD y = 0;
+    for (Index e = start[std::size_t(j)]; e < start[std::size_t(j + 1)]; ++e)
+      y += std::abs(x(col[std::size_t(e)]));
+    return y;
+  }
+  LVector times(const LVector& x) const {
+    LVector y(rows);
+    for (Index j = 0; j < rows; ++j) y(j) = dot(j, x);
+    return y;
+  }
+  LVector abs_times(const LVector& x) const {
+    LVector y(rows);
+    for (Index j = 0; j < rows; ++j) y(j) = abs_dot(j, x);
+    return y;
+  }
+};
+
+/// The angle terms of Tol::encode for y = M x: angle_eps * rowsum_j |R| * sum_{l in row j} |x'_l|,
+/// R the rotation factor the kernel applies and x' what it is applied to (Oracle::angle_factor).
+struct AngleTerms {
+  const SparseRows* R = nullptr;  // nullptr: no rotation, no term
+  LD eps = 0;
+  LD at(Index j, const LVector& xr) const {
+    return R ? eps * R->abs_sum[std::size_t(j)] * R->support_sum(j, xr) : 0;
+  }
+};
+
+/// y = M x and the documented per-element bound (Tol::encode), for one vector. ok = false where
+/// encode is not defined to be accurate (docs/kernels-encode.md, "not clamped"): a coefficient
+/// below the normal range of the arithmetic type (2^24 of headroom for the products), or a
+/// result beyond a sixteenth of what the arithmetic and the storage type hold.
+struct Expected {
+  LVector y, tol, mag;  // mag = |M| |x|
+  bool ok = true;
+};
+inline Expected expect_product(const SparseRows& M, const LVector& x, Storage dst, bool dbl,
+                               LD cond, const AngleTerms& angle, const LVector& xr) {
+  Expected e;
+  e.y = M.times(x);
+  e.mag = M.abs_times(x);
+  const LD lo = std::ldexp(
+      dbl ? LD(std::numeric_limits<double>::min()) : LD(std::numeric_limits<float>::min()), 24);
+  const LD hi = std::min(storage_max(dst), dbl ? LD(std::numeric_limits<double>::max())
+                                               : LD(std::numeric_limits<float>::max())) /
+                16;
+  e.ok = M.finite && M.min_abs >= lo && e.mag.allFinite() &&
+         (e.mag.size() == 0 || e.mag.maxCoeff() <= hi);
+  e.tol.resize(x.size());
+  const LD eps_t = storage_eps(dst), floor_t = storage_floor(dst);
+  for (Index j = 0; j < x.size(); ++j) {
+    const LD k = LD(M.nnz(j)), a = angle.at(j, xr);
+    e.tol(j) = dbl ? Tol<double>::encode(k, e.mag(j), e.y(j), eps_t, floor_t, cond, a)
+                   : Tol<float>::encode(k, e.mag(j), e.y(j), eps_t, floor_t, cond, a);
+  }
+  return e;
+}
+// Conditioning of the coefficients at time t (Tol::encode): e^{rate t} from a rounded argument,
+// in the real type of the encoding the kernel runs; and its angle error.
+inline LD encode_cond(const Oracle& o, LD t, bool enc_long) {
+  const LD x = o.rate * std::abs(t);
+  return enc_long ? Tol<long double>::phase(x) : Tol<double>::phase(x);
+}
+inline LD angle_eps(bool enc_long) {
+  return enc_long ? Tol<long double>::angle_eps() : Tol<double>::angle_eps();
+}
+
+/// Compares one stored vector with its expectation; returns false if not checked.
+inline bool compare_vector(const Expected& e, const Buffer& out, Index t, Index h, LD pos,
+                           LD& worst, Mismatches& mm, const char* what) {
+  if (!e.ok) return false;
+  for (Index j = 0; j < e.y.size(); ++j) {
+    const LD got = out.at(t, h, j), err = std::abs(got - e.y(j));
+    if (!(err <= e.tol(j))) {
+      std::ostringstream os;
+      os.precision(17);
+      os << what << " (token " << t << " at " << double(pos) << ", head " << h << ", elem " << j
+         << "): got " << double(got) << " want " << double(e.y(j)) << " tol " << double(e.tol(j))
+         << " (|M||x| " << double(e.mag(j)) << ")";
+      mm.add(os.str());
+    }
+    if (e.tol(j) > 0) worst = std::max(worst, err / e.tol(j));
+  }
+  return true;
+}
+
+/// A factor F(p) / G(p) with what its angle terms need (the rotation factor and its input).
+struct Factor {
+  SparseRows M;
+  std::unique_ptr<SparseRows> inner;  // a basis change's rotation factor, else none
+  AngleTerms angle;
+  Factor(const Oracle& o, bool query, LD p, bool enc_long) : M(query ? o.F(p) : o.G(p)) {
+    if (!o.rotations) return;
+    if (o.basis) inner.reset(new SparseRows(o.inner_factor(query, p)));
+    angle.R = inner ? inner.get() : &M;
+    angle.eps = angle_eps(enc_long);
+  }
+  Factor(const Factor&) = delete;
+  Factor& operator=(const Factor&) = delete;
+  /// What the rotation factor is applied to: x, or |P^T||x| (|P^{-1}||x|) for a basis change.
+  LVector rotated(const Oracle& o, bool query, const LVector& x) const {
+    return inner ? o.basis_input(query, x) : LVector(x.cwiseAbs());
+  }
+};
+
+/// shift_keys on keys encoded by the kernel at s: (a) against the shift factor applied to the
+/// stored encoded keys y1 (the shift's own bound, Tol::encode with M = A(-delta)); (b) against
+/// G(s + delta) x, the key encoded at s + delta, bounded by composing the two documented bounds:
+/// y1 = G(s) x + e1, y2 = S y1 + e2, so |y2 - G(s + delta) x| <= |S| b1 + b2.
+inline void check_shift(const Oracle& o, const KernelSet& ks, const EncodeCase& ec,
+                        const PositionSet& ps, const std::vector<LD>& x, Buffer& y1, bool enc_long,
+                        Stats& st) {
+  const Index n = ec.tokens, H = ec.heads, d = o.dim();
+  const std::vector<LD> y1v = y1.values();
+  Buffer* y2 = &y1;
+  std::unique_ptr<Buffer> other;
+  if (!ec.in_place) {  // out of place into the partner storage, the source's geometry
+    other.reset(new Buffer(partner(y1.type(), ks.full()), make_geometry(ec.src_shape, n, H, d),
+                           std::nan("")));
+    y2 = other.get();
+  }
+  const auto before = y2->snapshot();
+  ks.shift(y1.view(), y2->view(), ec.delta);
+  CHECK(y2->changed_outside(before) == 0);
+  const bool dbl1 = double_arithmetic(ec.src, y1.type());
+  const bool dbl2 = double_arithmetic(y1.type(), y2->type());
+  // The shift factor is applied to the encoded key itself (also for a basis change: A_J(-delta)).
+  const SparseRows S(o.shift_factor(ec.delta));
+  const AngleTerms sa{o.rotations ? &S : nullptr, angle_eps(enc_long)};
+  const LD scond = encode_cond(o, ec.delta, enc_long);
+  Mismatches mm;
+  for (Index t = 0; t < n; ++t) {
+    const LD s = ps.v[std::size_t(t)];
+    const Factor Gs(o, false, s, enc_long);
+    const SparseRows Gsd(o.G(s + LD(ec.delta)));
+    if (!Gsd.finite) continue;
+    for (Index h = 0; h < H; ++h) {
+      const Index at = (t * H + h) * d;
+      const LVector xv = segment(x, at, d), y1x = segment(y1v, at, d);
+      const Expected e1 = expect_product(Gs.M, xv, y1.type(), dbl1, encode_cond(o, s, enc_long),
+                                         Gs.angle, Gs.rotated(o, false, xv));
+      const Expected a = expect_product(S, y1x, y2->type(), dbl2, scond, sa, y1x.cwiseAbs());
+      if (!e1.ok || !a.ok) continue;
+      compare_vector(a, *y2, t, h, s, st.worst_shift, mm, "shift_keys vs A(-delta) y1");
+      Expected b;
+      b.y = Gsd.times(xv);
+      b.mag = S.abs_times(e1.mag);
+      b.tol = S.abs_times(e1.tol) + a.tol;
+      compare_vector(b, *y2, t, h, s, st.worst_shift, mm, "shift_keys vs G(s + delta) x");
+      st.shift_checked += d;
+    }
+  }
+  INFO("shift_keys: " << mm.first);
+  CHECK(mm.bad == 0);
+}
+
+/// encode_queries and encode_keys of one case against F(t) x and G(s) x, then shift_keys.
+inline void check_encode_case(const Oracle& o, const KernelSet& ks, const EncodeCase& ec,
+                              const PositionSet& ps, bool enc_long, std::mt19937_64& rng,
+                              Stats& st) {
+  const Index n = ec.tokens, H = ec.heads, d = o.dim();
+  const Positions pos = ps.positions();
+  const bool dbl = double_arithmetic(ec.src, ec.dst);
+  INFO("encode case: " << describe(ec) << ", dim " << d);
+  for (Side side : {Side::query, Side::key}) {
+    const bool query = side == Side::query;
+    Buffer src(ec.src, make_geometry(ec.src_shape, n, H, d), std::nan(""));
+    fill_inputs(src, rng);
+    const std::vector<LD> x = src.values();
+    const auto src_before = src.snapshot();
+    std::unique_ptr<Buffer> dst;
+    Buffer* out = &src;
+    if (!ec.in_place) {
+      dst.reset(new Buffer(ec.dst, make_geometry(ec.dst_shape, n, H, d), std::nan("")));
+      out = dst.get();
+    }
+    const auto out_before = out->snapshot();
+    ks.encode(side, src.view(), out->view(), pos);
+    if (!ec.in_place) CHECK(src.snapshot() == src_before);  // the source is read only
+    CHECK(out->changed_outside(out_before) == 0);
+    Mismatches mm;
+    for (Index t = 0; t < n; ++t) {
+      const LD p = ps.v[std::size_t(t)];
+      const Factor M(o, query, p, enc_long);
+      const LD cond = encode_cond(o, p, enc_long);
+      for (Index h = 0; h < H; ++h) {
+        const LVector xv = segment(x, (t * H + h) * d, d);
+        const Expected e =
+            expect_product(M.M, xv, out->type(), dbl, cond, M.angle, M.rotated(o, query, xv));
+        if (compare_vector(e, *out, t, h, p, st.worst_encode, mm,
+                           query ? "encode_queries" : "encode_keys"))
+          st.enc_checked[int(out->type())] += d;
+        else
+          ++st.enc_skipped;
+      }
+    }
+    INFO(mm.first);
+    CHECK(mm.bad == 0);
+    if (side == Side::key) check_shift(o, ks, ec, ps, x, *out, enc_long, st);
+  }
+}
+
+// ---- scores
+// --------------------------------------------------------------------------------------
+
+/// One case of the scores covering design: the problem, and two runs of it (options variant,
+/// output layout) against one reference.
+struct ScoreCase {
+  Index nq, nk, Hk, G;
+  PosKind pos;
+  bool sequence;
+  StorageTriple st;
+  Shape qs, ks;
+  int variant[2], out_layout[2];
+};
+
+// c = 0 .. 34: storage x variant (c % 4, c % 5: all 20), storage x positions (c % 4, c % 3:
+// all 12), variant x positions (all 15), sizes c % 11 (1 x 1 up to 257 x 17 and 65 x 65; the
+// per-pair reference bounds them), heads Hk (c / 2) % 2 in {1, 3}, Hq = G Hk with G (c / 4) % 2
+// in {1, 2}, view and output layouts rotating.
+inline ScoreCase score_case(int c, bool full) {
+  static const Index sizes[11][2] = {{1, 1},    {3, 7},    {7, 3},   {17, 63}, {63, 65}, {65, 17},
+                                     {257, 17}, {17, 257}, {1, 257}, {257, 3}, {65, 65}};
+  const auto triples = score_triples(full);
+  ScoreCase s{};
+  s.nq = sizes[c % 11][0];
+  s.nk = sizes[c % 11][1];
+  s.Hk = (c / 2) % 2 ? 3 : 1;
+  s.G = (c / 4) % 2 ? 2 : 1;
+  s.pos = PosKind(c % 3);
+  s.sequence = (c / 3) % 2 == 0;
+  s.st = triples[std::size_t(c) % triples.size()];
+  s.qs = Shape(c % 5);
+  s.ks = Shape((c / 5 + 2) % 5);
+  s.variant[0] = c % 5;
+  s.variant[1] = (c + 2) % 5;
+  s.out_layout[0] = c % 4;
+  s.out_layout[1] = (c / 4 + 1) % 4;
+  return s;
+}
+
+inline std::string describe(const ScoreCase& s) {
+  std::ostringstream os;
+  os << s.nq << " queries x " << s.nk << " keys, Hk " << s.Hk << ", G " << s.G << ", "
+     << pos_name(s.pos) << (kind_is_sequence(s.pos, s.sequence) ? " (sequence)" : " (span)")
+     << ", q " << storage_name(s.st.q) << " " << shape_name(s.qs) << ", k " << storage_name(s.st.k)
+     << " " << shape_name(s.ks) << ", out " << storage_name(s.st.out);
+  return os.str();
+}
+
+struct ScorePositions {
+  PositionSet tq, tk;
+  LD span = 0;  // max |t_i - s_j|
+};
+/// Regular: keys 0, 1, ..., queries the last nq of them (chunked prefill); irregular: queries and
+/// keys share timestamps (self-attention over the overlap, so t = s occurs at the causal edge);
+/// large: either around 1.7e9.
+inline ScorePositions score_positions(const ScoreCase& c, std::mt19937_64& rng) {
+  ScorePositions P;
+  const bool large = c.pos == PosKind::large;
+  const double base = large ? 1.7e9 : 0.0;
+  if (c.pos == PosKind::regular || (large && c.sequence)) {
+    P.tk = sequence_set(c.nk, base, 1.0);
+    P.tq = sequence_set(c.nq, base + double(c.nk - c.nq), 1.0);
+  } else {
+    const Index n = std::max(c.nq, c.nk);
+    const PositionSet all = irregular_set(n, large ? 1.7e9 + 0.3 : -11.7, rng);
+    P.tq = slice(all, n - c.nq, c.nq);
+    P.tk = slice(all, c.nq <= c.nk ? 0 : n - c.nk, c.nk);
+  }
+  const auto [q0, q1] = std::minmax_element(P.tq.v.begin(), P.tq.v.end());
+  const auto [k0, k1] = std::minmax_element(P.tk.v.begin(), P.tk.v.end());
+  P.span = std::max(LD(*q1) - LD(*k0), LD(*k1) - LD(*q0));
+  return P;
+}
+
+/// Decays gamma_h = e^{-u_h r}, r = min(0.1, 20 / span), u_h in [0, 1] (u = 0: gamma = 1, the
+/// edge of (0, 1]): |ln gamma| span <= 20, so gamma^(t - s) stays far inside the float range for
+/// s > t too. shared: equal within each group of G query heads (folded into the keys).
+inline std::vector<double> decays(Index Hq, Index G, bool shared, LD span) {
+  static const double u[] = {1, 0, 0.5, 0.25, 0.75, 0.125};
+  const double r = std::min(0.1, 20.0 / std::max(double(span), 1.0));
+  std::vector<double> g;
+  for (Index h = 0; h < Hq; ++h) g.push_back(std::exp(-u[(shared ? h / G : h) % 6] * r));
+  return g;
+}
+/// The options variants: automatic tiles; causal with tiles 7 x 16; scale and ALiBi with tiles
+/// 16 x 7; causal, negative scale, distinct decays per head, tiles 7 x 7; causal, ALiBi and decays
+/// shared within a group, automatic tiles.
+inline ScoreOptions score_options(int variant, Index Hq, Index G, LD span) {
+  ScoreOptions o;
+  switch (variant) {
+    case 0:
+      break;
+    case 1:
+      o.causal = true, o.query_tile = 7, o.key_tile = 16;
+      break;
+    case 2:
+      o.scale = 0.125, o.alibi_slopes = peal::alibi_slopes(int(Hq));
+      o.query_tile = 16, o.key_tile = 7;
+      break;
+    case 3:
+      o.causal = true, o.scale = -0.5, o.decay = decays(Hq, G, false, span);
+      o.query_tile = 7, o.key_tile = 7;
+      break;
+    case 4:
+      o.causal = true, o.alibi_slopes = peal::alibi_slopes(int(Hq));
+      o.decay = decays(Hq, G, true, span);
+      break;
+  }
+  return o;
+}
+inline std::string describe(const ScoreOptions& o) {
+  std::ostringstream os;
+  os << "causal " << o.causal << ", scale " << o.scale << ", alibi " << !o.alibi_slopes.empty()
+     << ", decay " << !o.decay.empty() << ", tiles " << o.query_tile << " x " << o.key_tile;
+  return os.str();
+}
+
+/// [Hq, nq, nk] outputs: 0 dense, 1 padded rows from an offset, 2 column-major per head,
+/// 3 heads innermost.
+inline Geometry out_geometry(int layout, Index Hq, Index nq, Index nk) {
+  switch (layout) {
+    case 1:
+      return {Hq, nq, nk, Strides{nq * (nk + 3) + 2, nk + 3, 1}, 1};
+    case 2:
+      return {Hq, nq, nk, Strides{nq * nk, 1, nq}, 0};
+    case 3:
+      return {Hq, nq, nk, Strides{1, Hq * nk, Hq}, 0};
+    default:
+      return {Hq, nq, nk, Strides{nq * nk, nk, 1}, 0};
+  }
+}
+
+/// The long double reference of one problem: q^T A(t - s) k per pair and the sizes of the bound.
+struct ScoreReference {
+  Index Hq, nq, nk, G;
+  std::vector<LD> raw;    // [h][i][j]
+  std::vector<LD> qsize;  // [i][h]
+  std::vector<LD> ksize;  // [j][hk]
+  std::vector<LD> lag;    // [i][j]: ||A(t_i - s_j)||
+};
+inline ScoreReference reference_scores(const Oracle& o, const Buffer& q, const Buffer& k,
+                                       const ScorePositions& P, Index G) {
+  const Index nq = q.geometry().tokens, Hq = q.geometry().heads, d = o.dim();
+  const Index nk = k.geometry().tokens, Hk = k.geometry().heads;
+  ScoreReference r{Hq, nq, nk, G, {}, {}, {}, {}};
+  const std::vector<LD> qv = q.values(), kv = k.values();
+  std::vector<LVector> keys;
+  for (Index j = 0; j < nk; ++j)
+    for (Index h = 0; h < Hk; ++h) {
+      keys.push_back(segment(kv, (j * Hk + h) * d, d));
+      r.ksize.push_back(o.key_size(keys.back()));
+    }
+  std::map<LD, LD> norms;
+  r.lag.resize(std::size_t(nq * nk));
+  for (Index i = 0; i < nq; ++i)
+    for (Index j = 0; j < nk; ++j) {
+      const LD tau = LD(P.tq.v[std::size_t(i)]) - LD(P.tk.v[std::size_t(j)]);
+      auto it = norms.find(tau);
+      if (it == norms.end()) it = norms.emplace(tau, o.lag_norm(tau)).first;
+      r.lag[std::size_t(i * nk + j)] = it->second;
+    }
+  r.raw.resize(std::size_t(Hq * nq * nk));
+  r.qsize.resize(std::size_t(nq * Hq));
+  // Factorable encodings: encoded once per vector around the common anchor c (O(n d) instead of
+  // O(pairs d) long double transcendentals); else the twin's score through the lag t - s.
+  LD lo = std::numeric_limits<LD>::infinity(), hi = -lo;
+  for (double t : P.tq.v) lo = std::min(lo, LD(t)), hi = std::max(hi, LD(t));
+  for (double t : P.tk.v) lo = std::min(lo, LD(t)), hi = std::max(hi, LD(t));
+  const LD c = lo + (hi - lo) / 2;
+  std::vector<LVector> kenc;
+  if (o.factorable)
+    for (Index j = 0; j < nk; ++j)
+      for (Index h = 0; h < Hk; ++h)
+        kenc.push_back(
+            o.encode_at(false, LD(P.tk.v[std::size_t(j)]) - c, keys[std::size_t(j * Hk + h)]));
+  for (Index h = 0; h < Hq; ++h)
+    for (Index i = 0; i < nq; ++i) {
+      const LVector x = segment(qv, (i * Hq + h) * d, d);
+      r.qsize[std::size_t(i * Hq + h)] = o.query_size(x);
+      LD* row = r.raw.data() + (h * nq + i) * nk;
+      if (o.factorable) {
+        const LVector qe = o.encode_at(true, LD(P.tq.v[std::size_t(i)]) - c, x);
+        for (Index j = 0; j < nk; ++j) row[j] = qe.dot(kenc[std::size_t(j * Hk + h / G)]);
+      } else {
+        for (Index j = 0; j < nk; ++j)
+          row[j] = o.score(x, P.tq.v[std::size_t(i)], keys[std::size_t(j * Hk + h / G)],
+                           P.tk.v[std::size_t(j)]);
+      }
+    }
+  return r;
+}
+
+/// Compares one output of scores() with the reference under the options, element by element,
+/// with the documented bound (Tol::score).
+inline void compare_scores(const Oracle& o, const ScoreReference& ref, const ScorePositions& P,
+                           const ScoreOptions& opt, const Buffer& out, bool dbl, bool params_double,
+                           Stats& st) {
+  const int d = o.dim();
+  const LD eps_out = storage_eps(out.type());
+  // Tile half-spreads: a tile holds at most query_tile (key_tile) consecutive tokens (defaults at
+  // most 256 x 512, docs/kernels-scores.md §2), and a Jordan chain in the GEMM caps them at the
+  // polynomial budget.
+  const Index TQ = opt.query_tile > 0 ? opt.query_tile : 256,
+              TK = opt.key_tile > 0 ? opt.key_tile : 512;
+  LD hq = window_spread(P.tq, TQ) / 2, hk = window_spread(P.tk, TK) / 2;
+  const LD cap =
+      dbl ? Tol<double>::poly_half_spread(o.degree) : Tol<float>::poly_half_spread(o.degree);
+  hq = std::min(hq, cap), hk = std::min(hk, cap);
+  const LD rho =
+      dbl ? Tol<double>::score_rho(o.degree, hq, hk) : Tol<float>::score_rho(o.degree, hq, hk);
+  const LD w = hq + hk;
+  const bool exact = differences_exact(P.tq) && differences_exact(P.tk) && !params_double;
+  // The documented domain (docs/kernels-scores.md §3, "Exponential budget"): the tile factors
+  // use 2^16 (float) or 2^128 (double) of the range, so a score may overflow or flush to zero
+  // when |q| ||A|| |k| passes 5e33 (2^896), or its size ||A|| gamma^tau falls below 2e-33
+  // (2^-894); and the output type must hold it. Outside, elements are counted, not checked.
+  const LD hi = std::min(dbl ? std::ldexp(1.0L, 896) : 5e33L, storage_max(out.type()) / 16);
+  const LD lo = dbl ? std::ldexp(1.0L, -894) : 2e-33L;
+  const LD floor_out = storage_floor(out.type());
+  Mismatches mm;
+  LD worst = 0;
+  for (Index h = 0; h < ref.Hq; ++h) {
+    const LD lng = opt.decay.empty() ? 0 : std::log(LD(opt.decay[std::size_t(h)]));
+    const LD m = opt.alibi_slopes.empty() ? 0 : LD(opt.alibi_slopes[std::size_t(h)]);
+    for (Index i = 0; i < ref.nq; ++i)
+      for (Index j = 0; j < ref.nk; ++j) {
+        const LD t = P.tq.v[std::size_t(i)], s = P.tk.v[std::size_t(j)], tau = t - s;
+        const LD got = out.at(h, i, j);
+        if (opt.causal && s > t) {
+          if (!(std::isinf(got) && got < 0)) {
+            std::ostringstream at;
+            at << "masked (" << h << "," << i << "," << j << ") = " << double(got);
+            mm.add(at.str());
+          }
+          continue;
+        }
+        const LD g = lng == 0 ? 1 : std::exp(lng * tau);
+        const LD want =
+            LD(opt.scale) * g * ref.raw[std::size_t((h * ref.nq + i) * ref.nk + j)] - m * tau;
+        const LD size = g * ref.lag[std::size_t(i * ref.nk + j)];
+        const LD M = std::abs(LD(opt.scale)) * size * ref.qsize[std::size_t(i * ref.Hq + h)] *
+                     ref.ksize[std::size_t(j * (ref.Hq / ref.G) + h / ref.G)];
+        if (!(M <= hi && size >= lo && std::abs(want) <= hi)) {
+          ++st.score_skipped;
+          continue;
+        }
+        const LD reach = std::abs(tau) + 2 * w;
+        const LD lag = (o.rate + std::abs(lng)) * reach + (exact ? 0 : o.xnorm * reach);
+        const LD alibi = std::abs(m) * (std::abs(tau) + w);
+        const LD tol =
+            dbl ? Tol<double>::score(d, rho, o.extra, M, alibi, eps_out, floor_out, want, lag)
+                : Tol<float>::score(d, rho, o.extra, M, alibi, eps_out, floor_out, want, lag);
+        const LD err = std::abs(got - want);
+        if (!(err <= tol)) {
+          std::ostringstream at;
+          at << "(" << h << "," << i << "," << j << ") t " << double(t) << " s " << double(s)
+             << ": got " << double(got) << " want " << double(want) << " tol " << double(tol)
+             << " (|q||A||k| " << double(M) << ", rho " << double(rho) << ")";
+          mm.add(at.str());
+        }
+        if (tol > 0 && err / tol > st.worst_scores) {
+          st.worst_scores = err / tol;
+          std::ostringstream os;
+          os << describe(opt) << " d " << d << (dbl ? " double" : " float") << " out "
+             << storage_name(out.type()) << " (" << h << "," << i << "," << j << ") tau "
+             << double(tau) << " err " << double(err) << " tol " << double(tol) << " M "
+             << double(M) << " rho " << double(rho) << " want " << double(want) << " alibi "
+             << double(alibi) << " lag " << double(lag);
+          st.worst_scores_at = os.str();
+        }
+        if (tol > 0) worst = std::max(worst, err / tol);
+        ++st.score_checked;
+      }
+  }
+  INFO("scores: " << describe(opt) << "; " << mm.bad << " mismatches, first " << mm.first
+                  << "; worst err/tol " << double(worst));
+  CHECK(mm.bad == 0);
+}
+
+/// What one scores case shares with every kernel built on the same problem (scores now, a later
+/// attention kernel): q and k stored with their geometry, their positions, and the long double
+/// reference q^T A(t - s) k per pair with the sizes of its bound.
+struct ScoreInputs {
+  ScoreInputs(const Oracle& o, const ScoreCase& c, const ScorePositions& positions, Shaper shape,
+              std::mt19937_64& rng)
+      : P(positions),
+        q(c.st.q, make_geometry(c.qs, c.nq, c.Hk * c.G, o.dim()), std::nan("")),
+        k(c.st.k, make_geometry(c.ks, c.nk, c.Hk, o.dim()), std::nan("")) {
+    fill_inputs(q, rng, shape, true);
+    fill_inputs(k, rng, shape, false);
+    ref = reference_scores(o, q, k, P, c.G);
+  }
+  const ScorePositions& P;
+  Buffer q, k;
+  ScoreReference ref;
+};
+
+/// scores() of one case: two runs (options variant, output layout) against the reference.
+inline void check_scores_case(const Oracle& o, const KernelSet& ks, const ScoreCase& c,
+                              const ScoreInputs& in, bool params_double, Stats& st) {
+  const Index Hq = c.Hk * c.G;
+  INFO("scores case: " << describe(c) << ", dim " << o.dim());
+  const bool dbl = double_arithmetic(c.st.q, c.st.k);
+  for (int r = 0; r < 2; ++r) {
+    const ScoreOptions opt = score_options(c.variant[r], Hq, c.G, in.P.span);
+    Buffer out(c.st.out, out_geometry(c.out_layout[r], Hq, c.nq, c.nk), 12345);
+    const auto before = out.snapshot();
+    ks.scores(in.q.view(), in.P.tq.positions(), in.k.view(), in.P.tk.positions(), out.view(), opt);
+    INFO("output layout " << c.out_layout[r]);
+    CHECK(out.changed_outside(before) == 0);
+    compare_scores(o, in.ref, in.P, opt, out, dbl, params_double, st);
+  }
+}
+
+// A later attention kernel: check_attention_case(const Oracle&, const KernelSet&, const
+// ScoreCase&, const ScoreInputs&, ...) here: v and the softmax on top of the same reference
+// scores (the row maximum, the weights and their sum in long double), and its options.
+
+// ---- Threads: results bitwise independent of the thread count
+// -------------------------------------
+
+/// scores() with threads = 1 and 2 on a problem large enough for two threads (the kernel starts
+/// one per ~8 MFLOP, docs/kernels-scores.md §4: here >= 4 x 2^23 flops over >= 4 units).
+inline void check_score_threads(const Oracle& o, const KernelSet& ks, Storage type,
+                                std::mt19937_64& rng) {
+  const Index d = o.dim(), Hk = 4, G = 2, Hq = Hk * G;
+  const Index n = Index(std::ceil(std::sqrt(double(Index(1) << 25) / double(2 * Hq * d))));
+  REQUIRE(2.0 * double(Hq) * double(n) * double(n) * double(d) >= double(Index(1) << 25));
+  INFO("threads: scores " << n << " x " << n << ", Hq " << Hq << ", " << storage_name(type));
+  Buffer q(type, make_geometry(Shape::aligned, n, Hq, d), 0),
+      k(type, make_geometry(Shape::offset, n, Hk, d), 0);
+  fill_inputs(q, rng);
+  fill_inputs(k, rng);
+  const PositionSet p =
+      sequence_set(n, 0.0, 1.0 / 64);  // small steps: long tiles for Jordan chains
+  ScoreOptions opt;
+  opt.causal = true;
+  opt.alibi_slopes = peal::alibi_slopes(int(Hq));
+  opt.decay = decays(Hq, G, false, p.v.back());
+  Buffer one(type, out_geometry(0, Hq, n, n), 0), two(type, out_geometry(0, Hq, n, n), 0);
+  opt.threads = 1;
+  ks.scores(q.view(), p.positions(), k.view(), p.positions(), one.view(), opt);
+  opt.threads = 2;
+  ks.scores(q.view(), p.positions(), k.view(), p.positions(), two.view(), opt);
+  CHECK(one.snapshot() == two.snapshot());
+}
+
+/// encode_keys / encode_queries with 1 and 2 OpenMP threads (the kernel splits tokens statically
+/// over omp_get_max_threads() from 2^16 elements on, docs/kernels-encode.md "Threads").
+inline void check_encode_threads(const Oracle& o, const KernelSet& ks, std::mt19937_64& rng) {
+#ifdef _OPENMP
+  const Index d = o.dim(), H = 3, T = (Index(1) << 17) / (H * d) + 1;
+  REQUIRE(T * H * d >= peal::detail::encode_kernels::kParallelMinElements);
+  const PositionSet p = sequence_set(T, -double(T) / 512, 1.0 / 256);
+  const int saved = omp_get_max_threads();
+  for (Side side : {Side::query, Side::key}) {
+    Buffer x(Storage::f32, make_geometry(Shape::aligned, T, H, d), 0);
+    fill_inputs(x, rng);
+    Buffer a(Storage::f32, x.geometry(), 0), b(Storage::f32, x.geometry(), 0);
+    Buffer ha(Storage::f16, make_geometry(Shape::padded, T, H, d), 0),
+        hb(Storage::f16, ha.geometry(), 0);
+    omp_set_num_threads(1);
+    ks.encode(side, x.view(), a.view(), p.positions());   // float -> float, out of place
+    ks.encode(side, x.view(), ha.view(), p.positions());  // float -> half: gathered
+    omp_set_num_threads(2);
+    ks.encode(side, x.view(), b.view(), p.positions());
+    ks.encode(side, x.view(), hb.view(), p.positions());
+    omp_set_num_threads(saved);
+    CHECK(a.snapshot() == b.snapshot());
+    CHECK(ha.snapshot() == hb.snapshot());
+  }
+#else
+  (void)o, (void)ks, (void)rng;
+  WARN("built without OpenMP: the thread-count checks do not apply");
+#endif
+}
+
+// ---- The driver: one family
+// ----------------------------------------------------------------------
+
+constexpr int kEncodeCases = 28;  // encode_case
+constexpr int kScoreCases = 35;   // score_case
+constexpr int kLongEvery = 4;     // every 4th case also runs the long double encoding
+
+template <class Fam, class = void>
+struct has_shape : std::false_type {};
+template <class Fam>
+struct has_shape<Fam, std::void_t<decltype(&Fam::template shape<LVector>)>> : std::true_type {};
+template <class Fam>
+Shaper shaper_of() {
+  if constexpr (has_shape<Fam>::value)
+    return &Fam::template shape<LVector>;
+  else
+    return nullptr;
+}
+
+/// The family's encoding in double and its long double twin, from one random stream, in the
+/// most random regime whose growth over `span` stays within kMaxGrowth (Random: |real| <= 0.5,
+/// Large: <= 5e-4, Zero: none); families without growth keep random parameters at any time.
+template <class Fam>
+auto build_twins(std::uint64_t seed, LD span) {
+  for (Regime regime : {Regime::Random, Regime::Large, Regime::Zero}) {
+    std::mt19937_64 r1(seed), r2(seed);
+    Draw d1{r1, regime}, d2{r2, regime};
+    auto e = Fam::template build<double>(d1);
+    auto el = Fam::template build<long double>(d2);
+    if (regime == Regime::Zero || growth_rate(el) * span <= kMaxGrowth) {
+      // Twins: the same generator, to the rounding of the double one.
+      const LMatrix X = LMatrix(el.generator()),
+                    Xd = peal::Matrix<double>(e.generator()).template cast<LD>();
+      REQUIRE(double((X - Xd).norm()) <= double(4 * Tol<double>::eps * (1 + X.norm())));
+      return std::make_pair(std::move(e), std::move(el));
+    }
+  }
+  throw std::logic_error("unreachable");
+}
+
+/// Every kernel on one family: encode (queries, keys, shift) and scores over their covering
+/// designs, for the double encoding with every storage type and for the long double encoding
+/// with float and double, then the thread-count checks.
+template <class Fam>
+void run_kernel_conformance(std::uint64_t seed) {
+  Stats st(Fam::name);
+  std::mt19937_64 rng(seed);
+  for (int c = 0; c < kEncodeCases; ++c)
+    for (bool full : {true, false}) {
+      if (!full && c % kLongEvery != 0) continue;
+      const EncodeCase ec = encode_case(c, full);
+      const PositionSet ps = encode_positions(ec, rng);
+      const auto tw = build_twins<Fam>(rng(), ps.max_abs());
+      const OracleOf<std::decay_t<decltype(tw.second)>> o(tw.second);
+      CAPTURE(Fam::name, c, full, double(o.rate));
+      if (full)
+        check_encode_case(o, KernelsOf<std::decay_t<decltype(tw.first)>, true>(tw.first), ec, ps,
+                          false, rng, st);
+      else
+        check_encode_case(o, KernelsOf<std::decay_t<decltype(tw.second)>, false>(tw.second), ec, ps,
+                          true, rng, st);
+    }
+  for (int c = 0; c < kScoreCases; ++c)
+    for (bool full : {true, false}) {
+      if (!full && c % kLongEvery != 0) continue;
+      const ScoreCase sc = score_case(c, full);
+      const ScorePositions P = score_positions(sc, rng);
+      const auto tw = build_twins<Fam>(rng(), P.span);
+      const OracleOf<std::decay_t<decltype(tw.second)>> o(tw.second);
+      CAPTURE(Fam::name, c, full, double(o.rate));
+      const ScoreInputs in(o, sc, P, shaper_of<Fam>(), rng);
+      if (full)
+        check_scores_case(o, KernelsOf<std::decay_t<decltype(tw.first)>, true>(tw.first), sc, in,
+                          false, st);
+      else
+        check_scores_case(o, KernelsOf<std::decay_t<decltype(tw.second)>, false>(tw.second), sc, in,
+                          true, st);
+      // A later attention kernel, on the same inputs: check_attention_case(o, kernels, sc, in,
+      // ...).
+    }
+  {
+    const auto tw = build_twins<Fam>(rng(), 40);  // the thread checks' positions stay within 40
+    const OracleOf<std::decay_t<decltype(tw.second)>> o(tw.second);
+    const KernelsOf<std::decay_t<decltype(tw.first)>, true> ks(tw.first);
+    CAPTURE(Fam::name);
+    check_score_threads(o, ks, Storage::f32, rng);
+    check_score_threads(o, ks, Storage::f64, rng);
+    check_encode_threads(o, ks, rng);
+  }
+  // The suite cannot pass by skipping: every storage type, the shift and scores were checked.
+  CAPTURE(Fam::name, st.enc_skipped);
+  for (int s = 0; s < 4; ++s) CHECK(st.enc_checked[s] > 0);
+  CHECK(st.shift_checked > 0);
+  CHECK(st.score_checked > 0);
+  st.print();
+}
+
+}  // namespace conformance
+}  // namespace peal_test
