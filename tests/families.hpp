@@ -148,7 +148,12 @@ peal::Bank<peal::RotationBlock<S>> rotation_bank_as(
   std::vector<peal::RotationBlock<S>> blocks;
   for (int i = 0; i < b.size(); ++i) {
     const auto p = b.block(i).params();
-    blocks.push_back(peal::RotationBlock<S>::from_params({R(p[0]), R(p[1]), R(p[2])}));
+    // A pair normalised in double is not one in long double (|lo| <= ulp(hi)/2 is checked by
+    // from_params): renormalise in R. hi + lo == p[0] + p[1] exactly: hi - RN(hi + lo) is
+    // exact (Sterbenz) and the residual spans at most ~52 bits, within R's 64.
+    const R hi = R(p[0]) + R(p[1]);
+    const R lo = (R(p[0]) - hi) + R(p[1]);
+    blocks.push_back(peal::RotationBlock<S>::from_params({hi, lo, R(p[2])}));
   }
   return peal::Bank<peal::RotationBlock<S>>(blocks, b.layout());
 }
