@@ -34,16 +34,6 @@ RotBank rope(int pairs) {
   for (int i = 0; i < pairs; ++i) b.emplace_back(std::pow(10000.0L, -2.0L * i / (2.0L * pairs)));
   return RotBank(b, peal::Layout::HalfSplit);
 }
-// xPos-like per-pair decays a_i = ln(zeta_i) / 512 (docs/presets.md, xPos).
-RotBank xpos_like(int pairs) {
-  std::vector<Rot> b;
-  const double d = 2.0 * pairs;
-  for (int i = 0; i < pairs; ++i)
-    b.emplace_back(std::pow(10000.0L, -2.0L * i / d),
-                   std::log((2.0 * i + 0.4 * d) / (1.4 * d)) / 512);
-  return RotBank(b);
-}
-
 struct Problem {
   Index nq, nk, Hq, Hk, d;
   std::vector<float> q, k;
@@ -139,7 +129,7 @@ int check(std::vector<Job>& jobs) {
 int main() {
   std::mt19937_64 rng(7);
   const auto rope64 = rope(32);
-  const auto decaying = peal::compose(xpos_like(24), peal::JordanBlock<3, double>(-0.01),
+  const auto decaying = peal::compose(peal::xpos<double>(48), peal::JordanBlock<3, double>(-0.01),
                                       peal::PassThrough<double>(5));  // d = 56
   const Problem rope_even = make_problem(rope64.dim(), false, rng);
   const Problem rope_irr = make_problem(rope64.dim(), true, rng);
