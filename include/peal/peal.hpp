@@ -19,6 +19,7 @@
 // Kernels on batches (docs/kernels-encode.md, docs/kernels-scores.md).
 #include "encode.hpp"
 #include "scores.hpp"
+#include "attention.hpp"
 // Presets (docs/presets.md). hf_config.hpp (needs nlohmann/json) is included explicitly.
 #include "rope.hpp"
 #include "alibi.hpp"

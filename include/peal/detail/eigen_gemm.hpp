@@ -63,6 +63,17 @@ inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* 
                                                          alpha, blocking, nullptr);
 }
 
+/// res (m x n, order ResOrder) += alpha A B, with A m x k and B k x n, both row-major (the
+/// P V product of attention, detail/attention_sink.hpp).
+template <class C, int ResOrder>
+inline void gemm_ab(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+                    Index ldr, C alpha, level3_blocking<C>& blocking) {
+  Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
+                                                 Eigen::RowMajor, false, ResOrder,
+                                                 1>::run(m, n, k, a, lda, b, ldb, res, 1, ldr,
+                                                         alpha, blocking, nullptr);
+}
+
 /// SIMD packets of the native width Eigen's GEMM uses for C (size 1: a plain scalar).
 template <class C>
 using packet_t = typename Eigen::internal::packet_traits<C>::type;

@@ -1,0 +1,297 @@
+// The sink of peal::attention (attention.hpp) for the tile driver (detail/tile_run.hpp):
+// every finished tile of logits is folded into an online softmax times V, FlashAttention-2
+// style (Dao 2023, Algorithm 1): per query row a running maximum m, a running sum l and an
+// unnormalised output O,
+//     m' = max(m, max_j x_j),  P_j = e^{x_j − m'},  l' = e^{m − m'} l + Σ_j P_j,
+//     O' = e^{m − m'} O + P V_J,
+// and at the end out = O / l, lse = m + ln l. No logit matrix beyond one tile exists.
+//
+// Per tile, in this order: softcap c tanh(x/c) (Gemma 2) of the rebased score, the ALiBi
+// bias −m_h (t_i − s_j), the masks (causal s_j > t_i, window t_i − s_j ≥ W) from positions.
+// The ALiBi bias is split as K_IJ + (−m_h (t_i − T_I) − m_h (S_J − s_j)), K_IJ = −m_h (T_I −
+// S_J) the tile pair's constant, which is kept in double beside the running maximum (the
+// maxima are doubles): a logit far from position 0 loses no precision in C.
+//
+// A +inf logit (a growing encoding past the range of C) is the limit of the softmax: the
+// +inf keys share the weight equally. A row with no visible key keeps m = −inf, l = 0 and
+// gives out = 0, lse = −inf (or the sink logit alone: lse = σ_h, out = 0).
+//
+// Decoding (key splits, TileRun::key_splits()): each range of key tiles leaves its own
+// (m, l, O) for the rows of its unit; finish() merges them with the log-sum-exp rule
+//     m* = max_s m_s,  l* = Σ_s e^{m_s − m*} l_s,  O* = Σ_s e^{m_s − m*} O_s,
+// in a fixed order, so results do not depend on the number of threads.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "../view.hpp"
+#include "arena.hpp"
+#include "eigen_gemm.hpp"
+#include "storage.hpp"
+
+namespace peal {
+namespace detail {
+namespace scores_kernels {
+
+/// What the attention sink applies to the logits (attention.hpp fills it from AttentionOptions).
+struct SoftmaxOptions {
+  bool causal = false;
+  double window = std::numeric_limits<double>::infinity();
+  double softcap = 0;                // 0: none
+  std::vector<double> alibi_slopes;  // per query head, or empty
+  std::vector<double> sinks;         // per query head, or empty
+};
+
+template <class C, class Tv, class To>
+class AttentionSink {
+ public:
+  using value_type = C;
+  static constexpr bool in_place = true;
+  static constexpr bool splits_keys = true;
+
+  AttentionSink(const TensorView<Tv>& v, const TensorView<To>& out, double* lse,
+                const SoftmaxOptions& opt)
+      : v_(v), out_(out), lse_(lse), opt_(opt), dv_(v.dim()) {}
+
+  /// Per-thread memory: V of one key tile, (m, l, O) of one unit's rows, the PV packing.
+  struct Work {
+    Buf<C> vtile, o, blockA, blockB;
+    Buf<double> m, l, bias;
+    eigen_gemm::GemmBlocking<C> blocking;
+    Index I0 = 0, kh = 0;
+    template <class Run>
+    void carve(Arena& a, const Run& r) {
+      const Index TQm = r.query_plan().max_rows, TKm = r.key_plan().max_rows;
+      const Index dv = r.sink().dv_, G = r.group(), rows = r.max_block_rows() * G;
+      Index kc = std::max<Index>(TKm, 1), mc = std::max<Index>(TQm * G, 1), nc = std::max<Index>(dv, 1);
+      eigen_gemm::product_blocking_sizes<C>(kc, mc, nc);
+      vtile = a.take<C>(TKm * dv);
+      o = a.take<C>(rows * dv);
+      m = a.take<double>(rows);
+      l = a.take<double>(rows);
+      bias = a.take<double>(TKm);
+      blockA = a.take<C>(kc * mc);
+      blockB = a.take<C>(kc * nc);
+      blocking = eigen_gemm::GemmBlocking<C>(mc, nc, kc, blockA.data(), blockB.data());
+    }
+  };
+
+  /// Before the run: room for the partial results of key splits (decoding).
+  template <class Run>
+  void prepare(const Run& r) {
+    splits_ = r.key_splits();
+    if (splits_ <= 1) return;
+    const Index rows = r.queries() * r.query_heads();
+    part_o_.assign(std::size_t(splits_ * rows * dv_), C(0));
+    part_m_.assign(std::size_t(splits_ * rows), -kInf);
+    part_l_.assign(std::size_t(splits_ * rows), 0.0);
+  }
+
+  double window() const { return opt_.window; }
+  template <class>
+  bool direct_row_major(Index) const { return false; }
+  template <class>
+  bool direct_col_major() const { return false; }
+  template <class T>
+  T* direct(Index, Index, Index, bool, Index&) const { return nullptr; }
+  // The epilogue works on the tile buffer itself.
+  C* row(Work&, C* tile, Index, Index, Index i, Index, Index n, Index& st) const {
+    st = 1;
+    return tile + i * n;
+  }
+  template <class Run>
+  void masked(const Run&, Work&, Index, Index, Index) const {}  // contributes nothing
+
+  template <class Run>
+  void unit_begin(const Run& r, Work& w, Index kh, Index I0, Index I1, Index) const {
+    const auto& qp = r.query_plan();
+    const Index rows = (qp.begin[std::size_t(I1)] - qp.begin[std::size_t(I0)]) * r.group();
+    w.I0 = I0, w.kh = kh;
+    std::fill_n(w.o.data(), rows * dv_, C(0));
+    std::fill_n(w.m.data(), rows, -kInf);
+    std::fill_n(w.l.data(), rows, 0.0);
+  }
+
+  /// V rows of key tile J, head kh, in the arithmetic type (n x dv, row-major).
+  template <class Run>
+  void key_tile(const Run& r, Work& w, Index kh, Index J) const {
+    const auto& kp = r.key_plan();
+    const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
+    const Index es = v_.strides().elem;
+    using TV = std::remove_cv_t<Tv>;
+    for (Index j = 0; j < n; ++j) {
+      const TV* src = v_.vector(j0 + j, kh);
+      C* dst = w.vtile.data() + j * dv_;
+      if (es == 1)
+        Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, 1>>(dst, dv_) =
+            Eigen::Map<const Eigen::Matrix<TV, Eigen::Dynamic, 1>>(src, dv_).template cast<C>();
+      else
+        for (Index e = 0; e < dv_; ++e) dst[e] = to_arith<C>(src[e * es]);
+    }
+  }
+
+  /// Head h's logits of tile (I, J) (rows(I) x rows(J), in place) become the weights P of
+  /// the online softmax; the running (m, l, O) of its rows are rescaled.
+  template <class Run>
+  void tile_done(const Run& r, Work& w, C* tile, Index h, Index I, Index J) const {
+    const auto& qp = r.query_plan();
+    const auto& kp = r.key_plan();
+    const Index i0 = qp.begin[std::size_t(I)], m = qp.rows(I);
+    const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
+    const Index g = h % r.group();
+    const Index base = (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * r.group() + g * m;
+    // Masks that cut this tile (whole tiles were skipped by the driver).
+    const bool causal = opt_.causal && kp.hi[std::size_t(J)] > qp.lo[std::size_t(I)];
+    const bool window = qp.hi[std::size_t(I)] - kp.lo[std::size_t(J)] >= opt_.window;
+    const bool alibi = !opt_.alibi_slopes.empty() && opt_.alibi_slopes[std::size_t(h)] != 0;
+    const double mh = alibi ? opt_.alibi_slopes[std::size_t(h)] : 0.0;
+    const double T = qp.anchor[std::size_t(I)], S = kp.anchor[std::size_t(J)];
+    const double K = alibi ? -mh * (T - S) : 0.0;  // the tile pair's constant, kept in double
+    if (alibi)
+      for (Index j = 0; j < n; ++j) w.bias[std::size_t(j)] = -mh * (S - r.s(j0 + j));
+    const C cap = C(opt_.softcap), inv_cap = opt_.softcap > 0 ? C(1 / opt_.softcap) : C(0);
+    for (Index i = 0; i < m; ++i) {
+      C* x = tile + i * n;
+      const double ti = r.t(i0 + i);
+      Eigen::Map<Eigen::Array<C, Eigen::Dynamic, 1>> xa(x, n);
+      if (opt_.softcap > 0) xa = (xa * inv_cap).tanh() * cap;  // masks are re-applied below
+      if (alibi) {
+        const double ri = -mh * (ti - T);
+        for (Index j = 0; j < n; ++j) x[j] += C(ri + w.bias[std::size_t(j)]);
+      }
+      if (causal || window || opt_.softcap > 0)
+        for (Index j = 0; j < n; ++j) {
+          const double sj = r.s(j0 + j);
+          if ((opt_.causal && sj > ti) || ti - sj >= opt_.window) x[j] = -kInfC;
+        }
+      update_row(w, base + i, x, n, K);
+    }
+  }
+
+  /// O rows of tile I, every head of the group: O += P V_J, one GEMM (the heads' slices of
+  /// P and of O are consecutive, in the same order).
+  template <class Run>
+  void group_done(const Run& r, Work& w, C* tile, Index, Index I, Index J) const {
+    const auto& qp = r.query_plan();
+    const Index m = qp.rows(I), n = r.key_plan().rows(J), G = r.group();
+    if (dv_ == 0 || n == 0) return;
+    const Index base = (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * G;
+    eigen_gemm::gemm_ab<C, Eigen::RowMajor>(G * m, dv_, n, tile, n, w.vtile.data(), dv_,
+                                            w.o.data() + base * dv_, dv_, C(1), w.blocking);
+  }
+
+  /// The unit's rows: final outputs, or this split's partial result.
+  template <class Run>
+  void unit_end(const Run& r, Work& w, Index kh, Index I0, Index I1, Index split) {
+    const auto& qp = r.query_plan();
+    const Index G = r.group(), Hq = r.query_heads();
+    for (Index I = I0; I < I1; ++I) {
+      const Index i0 = qp.begin[std::size_t(I)], m = qp.rows(I);
+      const Index base = (i0 - qp.begin[std::size_t(I0)]) * G;
+      for (Index g = 0; g < G; ++g)
+        for (Index i = 0; i < m; ++i) {
+          const Index row = base + g * m + i, h = kh * G + g;
+          const C* o = w.o.data() + row * dv_;
+          if (splits_ <= 1) {
+            finalize(i0 + i, h, w.m[std::size_t(row)], w.l[std::size_t(row)], o);
+            continue;
+          }
+          const Index p = (split * r.queries() + i0 + i) * Hq + h;
+          part_m_[std::size_t(p)] = w.m[std::size_t(row)];
+          part_l_[std::size_t(p)] = w.l[std::size_t(row)];
+          std::copy_n(o, dv_, part_o_.data() + p * dv_);
+        }
+    }
+  }
+
+  /// Key splits: merge the partial results in split order.
+  template <class Run>
+  void finish(const Run& r) {
+    if (splits_ <= 1) return;
+    const Index rows = r.queries() * r.query_heads(), Hq = r.query_heads();
+    std::vector<C> acc(static_cast<std::size_t>(dv_), C(0));
+    for (Index p = 0; p < rows; ++p) {
+      double mx = -kInf;
+      for (Index s = 0; s < splits_; ++s) mx = std::max(mx, part_m_[std::size_t(s * rows + p)]);
+      double l = 0;
+      std::fill(acc.begin(), acc.end(), C(0));
+      if (mx > -kInf)
+        for (Index s = 0; s < splits_; ++s) {
+          const double ms = part_m_[std::size_t(s * rows + p)];
+          if (!(ms > -kInf)) continue;
+          const double f = ms == mx ? 1.0 : std::exp(ms - mx);
+          l += f * part_l_[std::size_t(s * rows + p)];
+          const C* o = part_o_.data() + (s * rows + p) * dv_;
+          for (Index e = 0; e < dv_; ++e) acc[std::size_t(e)] += C(f) * o[e];
+        }
+      finalize(p / Hq, p % Hq, mx, l, acc.data());
+    }
+  }
+
+ private:
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+  static constexpr C kInfC = std::numeric_limits<C>::infinity();
+
+  // One row of logits x (n of them; the true logits are x + K) into the running state.
+  void update_row(Work& w, Index row, C* x, Index n, double K) const {
+    Eigen::Map<Eigen::Array<C, Eigen::Dynamic, 1>> xa(x, n);
+    const double mx = n > 0 ? double(xa.maxCoeff()) + K : -kInf;
+    double& mr = w.m[std::size_t(row)];
+    const double mnew = std::max(mr, mx);
+    if (!(mnew > -kInf)) {  // nothing visible yet
+      xa.setZero();
+      return;
+    }
+    const double corr = mr == mnew ? 1.0 : std::exp(mr - mnew);  // mr = −inf: 0
+    if (mnew == kInf) {  // +inf logits: the limit of the softmax
+      for (Index j = 0; j < n; ++j) x[j] = x[j] == kInfC ? C(1) : C(0);
+    } else {
+      xa = (xa + C(K - mnew)).exp();
+    }
+    double& lr = w.l[std::size_t(row)];
+    lr = lr * corr + double(xa.sum());
+    if (corr != 1.0) {
+      C* o = w.o.data() + row * dv_;
+      const C c = C(corr);
+      for (Index e = 0; e < dv_; ++e) o[e] *= c;
+    }
+    mr = mnew;
+  }
+
+  // out[i, h, :] = O / l with the sink logit σ_h in the denominator; lse[i, h] = ln Σ.
+  void finalize(Index i, Index h, double m, double l, const C* o) const {
+    double scale = 0, lse = -kInf;
+    if (!opt_.sinks.empty()) {
+      const double sg = opt_.sinks[std::size_t(h)];
+      const double mx = std::max(m, sg);
+      const double fo = !(m > -kInf) ? 0.0 : m == mx ? 1.0 : std::exp(m - mx);
+      const double tot = l * fo + (sg == mx ? 1.0 : std::exp(sg - mx));
+      scale = fo / tot;
+      lse = mx + std::log(tot);
+    } else if (l > 0) {
+      scale = 1.0 / l;
+      lse = m + std::log(l);
+    }
+    if (lse_) lse_[i * out_.heads() + h] = lse;
+    const Index es = out_.strides().elem;
+    To* dst = &out_(i, h, 0);
+    for (Index e = 0; e < dv_; ++e) dst[e * es] = from_arith<To>(C(double(o[e]) * scale));
+  }
+
+  TensorView<Tv> v_;
+  TensorView<To> out_;
+  double* lse_;
+  const SoftmaxOptions& opt_;
+  Index dv_ = 0, splits_ = 1;
+  std::vector<C> part_o_;
+  std::vector<double> part_m_, part_l_;
+};
+
+}  // namespace scores_kernels
+}  // namespace detail
+}  // namespace peal
