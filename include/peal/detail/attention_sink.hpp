@@ -64,6 +64,8 @@ class AttentionSink {
     Buf<double> m, l, bias;
     eigen_gemm::GemmBlocking<C> blocking;
     Index I0 = 0, kh = 0;
+    const C* vrows = nullptr;  // V of the current key tile: vtile, or the view itself
+    Index ldv = 0;
     template <class Run>
     void carve(Arena& a, const Run& r) {
       const Index TQm = r.query_plan().max_rows, TKm = r.key_plan().max_rows;
@@ -124,6 +126,15 @@ class AttentionSink {
     const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
     const Index es = v_.strides().elem;
     using TV = std::remove_cv_t<Tv>;
+    if constexpr (std::is_same<TV, C>::value) {
+      if (es == 1 && n > 0 && (n == 1 || v_.strides().token >= dv_)) {  // V read in place
+        w.vrows = v_.vector(j0, kh);
+        w.ldv = n > 1 ? v_.strides().token : dv_;
+        return;
+      }
+    }
+    w.vrows = w.vtile.data();
+    w.ldv = dv_;
     for (Index j = 0; j < n; ++j) {
       const TV* src = v_.vector(j0 + j, kh);
       C* dst = w.vtile.data() + j * dv_;
@@ -181,7 +192,7 @@ class AttentionSink {
     const Index m = qp.rows(I), n = r.key_plan().rows(J), G = r.group();
     if (dv_ == 0 || n == 0) return;
     const Index base = (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * G;
-    eigen_gemm::gemm_ab<C, Eigen::RowMajor>(G * m, dv_, n, tile, n, w.vtile.data(), dv_,
+    eigen_gemm::gemm_ab<C, Eigen::RowMajor>(G * m, dv_, n, tile, n, w.vrows, w.ldv,
                                             w.o.data() + base * dv_, dv_, C(1), w.blocking);
   }
 

@@ -1,5 +1,6 @@
 // The one adaptor between peal and Eigen's internal namespace (Eigen::internal): the blocked
-// GEMM kernel, its packing workspace and blocking heuristic (used by scores.hpp), and the
+// GEMM kernel, its packing workspace and blocking heuristic (used by detail/tile_run.hpp and
+// detail/attention_sink.hpp), and the
 // packet primitives of the per-pair polynomial epilogue (detail/scores_poly.hpp). No other
 // peal header names Eigen::internal; a change of Eigen touches this file only.
 //
@@ -51,12 +52,39 @@ void product_blocking_sizes(Index& kc, Index& mc, Index& nc) {
   Eigen::internal::computeProductBlockingSizes<C, C, 1>(kc, mc, nc, Index(1));
 }
 
+/// Products with at most this many rows (decoding: a few queries per head) skip Eigen's
+/// packing, which would copy the whole n x k operand to multiply it by a handful of rows:
+/// each row of B is read once, from where it lies, for all m rows of A.
+inline constexpr Index kSmallRows = 8;
+
+/// Prefetch the cache lines of one row (bytes long) into L1.
+inline void prefetch_row(const void* p, Index bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+  const char* c = static_cast<const char*>(p);
+  for (Index off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 /// res (m x n, order ResOrder, leading dimension ldr) += alpha A B^T, with A m x k and B n x k,
 /// both row-major. Eigen's own blocked kernel, called without its OpenMP layer (the caller's
-/// threads already split the work; Eigen's nested parallel regions would oversubscribe).
+/// threads already split the work; Eigen's nested parallel regions would oversubscribe); for
+/// m <= kSmallRows, dot products over the rows of B.
 template <class C, int ResOrder>
 inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb,
                      C* res, Index ldr, C alpha, level3_blocking<C>& blocking) {
+  if (m <= kSmallRows) {
+    using Row = Eigen::Map<const Eigen::Matrix<C, 1, Eigen::Dynamic>>;
+    const Index ri = ResOrder == Eigen::RowMajor ? ldr : 1, rj = ResOrder == Eigen::RowMajor ? 1 : ldr;
+    constexpr Index kAhead = 8;
+    for (Index j = 0; j < n; ++j) {
+      if (j + kAhead < n) prefetch_row(b + (j + kAhead) * ldb, k * Index(sizeof(C)));
+      const Row bj(b + j * ldb, k);
+      for (Index i = 0; i < m; ++i) res[i * ri + j * rj] += alpha * Row(a + i * lda, k).dot(bj);
+    }
+    return;
+  }
   Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
                                                  Eigen::ColMajor, false, ResOrder,
                                                  1>::run(m, n, k, a, lda, b, ldb, res, 1, ldr,
@@ -68,6 +96,18 @@ inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* 
 template <class C, int ResOrder>
 inline void gemm_ab(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
                     Index ldr, C alpha, level3_blocking<C>& blocking) {
+  static_assert(ResOrder == Eigen::RowMajor, "gemm_ab: row-major results only");
+  if (m <= kSmallRows) {  // rows of res += a_ij b_j: each row of B read once
+    using Row = Eigen::Map<Eigen::Matrix<C, 1, Eigen::Dynamic>>;
+    using CRow = Eigen::Map<const Eigen::Matrix<C, 1, Eigen::Dynamic>>;
+    constexpr Index kAhead = 8;  // rows of B in flight: rows far apart defeat the prefetcher
+    for (Index j = 0; j < k; ++j) {
+      if (j + kAhead < k) prefetch_row(b + (j + kAhead) * ldb, n * Index(sizeof(C)));
+      const CRow bj(b + j * ldb, n);
+      for (Index i = 0; i < m; ++i) Row(res + i * ldr, n) += (alpha * a[i * lda + j]) * bj;
+    }
+    return;
+  }
   Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
                                                  Eigen::RowMajor, false, ResOrder,
                                                  1>::run(m, n, k, a, lda, b, ldb, res, 1, ldr,
