@@ -119,6 +119,8 @@ struct ScoresOut {
   }
   template <class Run>
   void key_tile(const Run&, Work&, Index, Index) const {}
+  template <class Run>
+  void key_block(const Run&, Work&, Index) const {}
   template <class Run, class C>
   void tile_done(const Run&, Work&, C*, Index, Index, Index) const {}
   template <class Run, class C>

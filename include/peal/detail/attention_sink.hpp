@@ -6,11 +6,11 @@
 //     O' = e^{m − m'} O + P V_J,
 // and at the end out = O / l, lse = m + ln l. No logit matrix beyond one tile exists.
 //
-// Per tile, in this order: softcap c tanh(x/c) (Gemma 2) of the rebased score, the ALiBi
-// bias −m_h (t_i − s_j), the masks (causal s_j > t_i, window t_i − s_j ≥ W) from positions.
-// The ALiBi bias is split as K_IJ + (−m_h (t_i − T_I) − m_h (S_J − s_j)), K_IJ = −m_h (T_I −
-// S_J) the tile pair's constant, which is kept in double beside the running maximum (the
-// maxima are doubles): a logit far from position 0 loses no precision in C.
+// Per tile, in this order: softcap c tanh(x/c) (Gemma 2) of the scaled score, the masks
+// (causal s_j > t_i, window t_i − s_j ≥ W) from positions, then the ALiBi bias b_ij =
+// −m_h (t_i − s_j), which stays in double: the row maximum of x + b and the exponent
+// (b − m) + x are formed in double, so a bias of any size (long or irregular gaps) costs no
+// precision in the arithmetic type C; only the exponent near 0 is rounded to C.
 //
 // A +inf logit (a growing encoding past the range of C) is the limit of the softmax: the
 // +inf keys share the weight equally. A row with no visible key keeps m = −inf, l = 0 and
@@ -25,6 +25,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -64,12 +65,15 @@ class AttentionSink {
     Buf<double> m, l, bias;
     eigen_gemm::GemmBlocking<C> blocking;
     Index I0 = 0, kh = 0;
-    const C* vrows = nullptr;  // V of the current key tile: vtile, or the view itself
+    const C* vrows = nullptr;  // V of the current key tile: vtile, vstage or the view itself
     Index ldv = 0;
+    Buf<std::remove_cv_t<Tv>> vstage;  // every head's V rows of a key tile (key_block)
+    Index staged = -1;                  // the key tile in vstage, or −1
     template <class Run>
     void carve(Arena& a, const Run& r) {
       const Index TQm = r.query_plan().max_rows, TKm = r.key_plan().max_rows;
-      const Index dv = r.sink().dv_, G = r.group(), rows = r.max_block_rows() * G;
+      const Index dv = r.sink().dv_, G = r.group();
+      const Index rows = r.max_block_rows() * G * r.head_slots();
       Index kc = std::max<Index>(TKm, 1), mc = std::max<Index>(TQm * G, 1), nc = std::max<Index>(dv, 1);
       eigen_gemm::product_blocking_sizes<C>(kc, mc, nc);
       vtile = a.take<C>(TKm * dv);
@@ -77,6 +81,7 @@ class AttentionSink {
       m = a.take<double>(rows);
       l = a.take<double>(rows);
       bias = a.take<double>(TKm);
+      vstage = a.take<std::remove_cv_t<Tv>>(r.sink().stages(r) ? TKm * r.key_heads() * dv : 0);
       blockA = a.take<C>(kc * mc);
       blockB = a.take<C>(kc * nc);
       blocking = eigen_gemm::GemmBlocking<C>(mc, nc, kc, blockA.data(), blockB.data());
@@ -113,30 +118,49 @@ class AttentionSink {
   void unit_begin(const Run& r, Work& w, Index kh, Index I0, Index I1, Index) const {
     const auto& qp = r.query_plan();
     const Index rows = (qp.begin[std::size_t(I1)] - qp.begin[std::size_t(I0)]) * r.group();
-    w.I0 = I0, w.kh = kh;
-    std::fill_n(w.o.data(), rows * dv_, C(0));
-    std::fill_n(w.m.data(), rows, -kInf);
-    std::fill_n(w.l.data(), rows, 0.0);
+    const Index s = slot(r, kh);
+    w.I0 = I0, w.kh = kh, w.staged = -1;
+    std::fill_n(w.o.data() + s * dv_, rows * dv_, C(0));
+    std::fill_n(w.m.data() + s, rows, -kInf);
+    std::fill_n(w.l.data() + s, rows, 0.0);
+  }
+
+  /// Decoding with packed heads (TileRun::head_slots() > 1): V rows of every head of key tile
+  /// J, one contiguous copy per token (the reason is at TileRun's across_).
+  template <class Run>
+  void key_block(const Run& r, Work& w, Index J) const {
+    if (!stages(r)) return;
+    const auto& kp = r.key_plan();
+    const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J), row = r.key_heads() * dv_;
+    for (Index j = 0; j < n; ++j)
+      std::memcpy(w.vstage.data() + j * row, v_.vector(j0 + j, 0),
+                  sizeof(std::remove_cv_t<Tv>) * std::size_t(row));
+    w.staged = J;
   }
 
   /// V rows of key tile J, head kh, in the arithmetic type (n x dv, row-major).
   template <class Run>
   void key_tile(const Run& r, Work& w, Index kh, Index J) const {
     const auto& kp = r.key_plan();
-    const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
-    const Index es = v_.strides().elem;
+    Index j0 = kp.begin[std::size_t(J)];
+    const Index n = kp.rows(J);
     using TV = std::remove_cv_t<Tv>;
+    const TensorView<const TV> v = w.staged == J
+                                       ? TensorView<const TV>(w.vstage.data(), n, r.key_heads(), dv_)
+                                       : TensorView<const TV>(v_);
+    if (w.staged == J) j0 = 0;
+    const Index es = v.strides().elem;
     if constexpr (std::is_same<TV, C>::value) {
-      if (es == 1 && n > 0 && (n == 1 || v_.strides().token >= dv_)) {  // V read in place
-        w.vrows = v_.vector(j0, kh);
-        w.ldv = n > 1 ? v_.strides().token : dv_;
+      if (es == 1 && n > 0 && (n == 1 || v.strides().token >= dv_)) {  // V read in place
+        w.vrows = v.vector(j0, kh);
+        w.ldv = n > 1 ? v.strides().token : dv_;
         return;
       }
     }
     w.vrows = w.vtile.data();
     w.ldv = dv_;
     for (Index j = 0; j < n; ++j) {
-      const TV* src = v_.vector(j0 + j, kh);
+      const TV* src = v.vector(j0 + j, kh);
       C* dst = w.vtile.data() + j * dv_;
       if (es == 1)
         Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, 1>>(dst, dv_) =
@@ -155,43 +179,38 @@ class AttentionSink {
     const Index i0 = qp.begin[std::size_t(I)], m = qp.rows(I);
     const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
     const Index g = h % r.group();
-    const Index base = (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * r.group() + g * m;
+    const Index base = slot(r, h / r.group()) +
+                       (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * r.group() + g * m;
     // Masks that cut this tile (whole tiles were skipped by the driver).
     const bool causal = opt_.causal && kp.hi[std::size_t(J)] > qp.lo[std::size_t(I)];
     const bool window = qp.hi[std::size_t(I)] - kp.lo[std::size_t(J)] >= opt_.window;
     const bool alibi = !opt_.alibi_slopes.empty() && opt_.alibi_slopes[std::size_t(h)] != 0;
     const double mh = alibi ? opt_.alibi_slopes[std::size_t(h)] : 0.0;
-    const double T = qp.anchor[std::size_t(I)], S = kp.anchor[std::size_t(J)];
-    const double K = alibi ? -mh * (T - S) : 0.0;  // the tile pair's constant, kept in double
-    if (alibi)
-      for (Index j = 0; j < n; ++j) w.bias[std::size_t(j)] = -mh * (S - r.s(j0 + j));
     const C cap = C(opt_.softcap), inv_cap = opt_.softcap > 0 ? C(1 / opt_.softcap) : C(0);
     for (Index i = 0; i < m; ++i) {
       C* x = tile + i * n;
       const double ti = r.t(i0 + i);
       Eigen::Map<Eigen::Array<C, Eigen::Dynamic, 1>> xa(x, n);
       if (opt_.softcap > 0) xa = (xa * inv_cap).tanh() * cap;  // masks are re-applied below
-      if (alibi) {
-        const double ri = -mh * (ti - T);
-        for (Index j = 0; j < n; ++j) x[j] += C(ri + w.bias[std::size_t(j)]);
-      }
+      if (alibi)
+        for (Index j = 0; j < n; ++j) w.bias[std::size_t(j)] = -mh * (ti - r.s(j0 + j));
       if (causal || window || opt_.softcap > 0)
         for (Index j = 0; j < n; ++j) {
           const double sj = r.s(j0 + j);
           if ((opt_.causal && sj > ti) || ti - sj >= opt_.window) x[j] = -kInfC;
         }
-      update_row(w, base + i, x, n, K);
+      update_row(w, base + i, x, n, alibi ? w.bias.data() : nullptr);
     }
   }
 
   /// O rows of tile I, every head of the group: O += P V_J, one GEMM (the heads' slices of
   /// P and of O are consecutive, in the same order).
   template <class Run>
-  void group_done(const Run& r, Work& w, C* tile, Index, Index I, Index J) const {
+  void group_done(const Run& r, Work& w, C* tile, Index kh, Index I, Index J) const {
     const auto& qp = r.query_plan();
     const Index m = qp.rows(I), n = r.key_plan().rows(J), G = r.group();
     if (dv_ == 0 || n == 0) return;
-    const Index base = (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * G;
+    const Index base = slot(r, kh) + (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * G;
     eigen_gemm::gemm_ab<C, Eigen::RowMajor>(G * m, dv_, n, tile, n, w.vrows, w.ldv,
                                             w.o.data() + base * dv_, dv_, C(1), w.blocking);
   }
@@ -203,7 +222,7 @@ class AttentionSink {
     const Index G = r.group(), Hq = r.query_heads();
     for (Index I = I0; I < I1; ++I) {
       const Index i0 = qp.begin[std::size_t(I)], m = qp.rows(I);
-      const Index base = (i0 - qp.begin[std::size_t(I0)]) * G;
+      const Index base = slot(r, kh) + (i0 - qp.begin[std::size_t(I0)]) * G;
       for (Index g = 0; g < G; ++g)
         for (Index i = 0; i < m; ++i) {
           const Index row = base + g * m + i, h = kh * G + g;
@@ -245,13 +264,31 @@ class AttentionSink {
   }
 
  private:
+  // First row of key head kh's (m, l, O) in a unit's Work (one slot per head when decoding).
+  template <class Run>
+  static Index slot(const Run& r, Index kh) {
+    return r.head_slots() > 1 ? kh * r.max_block_rows() * r.group() : 0;
+  }
+  // V is staged per key tile when a unit holds every head and a token's heads are packed.
+  template <class Run>
+  bool stages(const Run& r) const {
+    return r.head_slots() > 1 && v_.strides().elem == 1 && v_.strides().head == dv_ &&
+           r.key_heads() > 1;
+  }
+
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   static constexpr C kInfC = std::numeric_limits<C>::infinity();
 
-  // One row of logits x (n of them; the true logits are x + K) into the running state.
-  void update_row(Work& w, Index row, C* x, Index n, double K) const {
+  // One row of logits x + b (n of them; b the ALiBi bias in double, or none) into the
+  // running state; x becomes the weights P.
+  void update_row(Work& w, Index row, C* x, Index n, const double* b) const {
     Eigen::Map<Eigen::Array<C, Eigen::Dynamic, 1>> xa(x, n);
-    const double mx = n > 0 ? double(xa.maxCoeff()) + K : -kInf;
+    double mx = -kInf;
+    if (b) {
+      for (Index j = 0; j < n; ++j) mx = std::max(mx, double(x[j]) + b[j]);
+    } else if (n > 0) {
+      mx = double(xa.maxCoeff());
+    }
     double& mr = w.m[std::size_t(row)];
     const double mnew = std::max(mr, mx);
     if (!(mnew > -kInf)) {  // nothing visible yet
@@ -261,8 +298,11 @@ class AttentionSink {
     const double corr = mr == mnew ? 1.0 : std::exp(mr - mnew);  // mr = −inf: 0
     if (mnew == kInf) {  // +inf logits: the limit of the softmax
       for (Index j = 0; j < n; ++j) x[j] = x[j] == kInfC ? C(1) : C(0);
+    } else if (b) {
+      for (Index j = 0; j < n; ++j) x[j] = C((b[j] - mnew) + double(x[j]));
+      xa = xa.exp();
     } else {
-      xa = (xa + C(K - mnew)).exp();
+      xa = (xa - C(mnew)).exp();
     }
     double& lr = w.l[std::size_t(row)];
     lr = lr * corr + double(xa.sum());
