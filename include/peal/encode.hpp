@@ -65,6 +65,7 @@
 #include "detail/exp_kernel.hpp"
 #include "detail/exp_poly.hpp"
 #include "detail/overlap.hpp"
+#include "detail/scores_coders.hpp"
 #include "detail/storage.hpp"
 #include "basis_change.hpp"
 #include "block_diagonal.hpp"
@@ -648,10 +649,78 @@ class DenseKernel {
   Vector<A> tmp_;
 };
 
+/// The block type B of an encoding that is a block with block_traits or a Bank of such
+/// blocks (void otherwise).
+template <class E, class = void>
+struct traits_block {
+  using type = void;
+};
+template <class B>
+struct traits_block<B, std::enable_if_t<has_block_traits<B>::value>> {
+  using type = B;
+};
+template <class B>
+struct traits_block<Bank<B>, std::enable_if_t<has_block_traits<B>::value>> {
+  using type = B;
+};
+template <class E>
+inline constexpr bool has_traits_kernel =
+    !std::is_void<typename traits_block<E>::type>::value &&
+    std::is_same<real_t<typename E::Scalar>, double>::value;
+
+/// A block type with block_traits (alone or in a Bank; double parameters): per token the
+/// coefficients of F(p), G(p) or the shift from the traits' factors, the very table the
+/// fused kernels use (FixedBlocksCoder, detail/scores_coders.hpp), then applied to every
+/// head. This is how a new block type gets a fast encode from its traits alone
+/// (docs/design.md §5). A factor past the range of the magnitudes (clamped to DBL_MAX, or not
+/// finite in A) sends the token through the encoding's own apply(), exact past the range, as
+/// DenseKernel does.
+template <class A, class E>
+class TraitsKernel {
+  using Coder = scores_kernels::FixedBlocksCoder<A, typename traits_block<E>::type>;
+  using S = typename E::Scalar;
+
+ public:
+  TraitsKernel(const E& e, Mode mode)
+      : e_(&e), coder_(e), transpose_(mode == Mode::query),
+        rel_(std::size_t(std::max(coder_.rel_size(), 1))),
+        coef_(std::size_t(std::max(coder_.coef_size(), 1))), col_(e.dim()) {}
+  int dim() const { return coder_.dim(); }
+  void prepare(double p) {
+    tau_ = transpose_ ? p : -p;  // query: F(t) = A(t)^T; key and shift: A(-p)
+    coder_.relative(&tau_, 1, rel_.data(), coder_.rel_size());
+    coder_.compose(nullptr, rel_.data(), coder_.rel_size(), 1, coef_.data(), coder_.coef_size(),
+                   transpose_);
+    big_ = coder_.clamped(rel_.data());
+    for (int c = 0; c < coder_.coef_size() && !big_; ++c) big_ = !std::isfinite(coef_[std::size_t(c)]);
+  }
+  void inplace(A* x, Index heads, Index xs) { copy(x, xs, x, xs, heads); }
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    for (Index h = 0; h < heads; ++h) {
+      if (!big_) {
+        coder_.apply(coef_.data(), x + h * xs, y + h * ys, transpose_, nullptr);
+        continue;
+      }
+      col_ = Eigen::Map<const Vector<A>>(x + h * xs, dim()).template cast<S>();
+      e_->apply(col_, real_t<S>(tau_), transpose_);
+      Eigen::Map<Vector<A>>(y + h * ys, dim()) = col_.template cast<A>();
+    }
+  }
+
+ private:
+  const E* e_;
+  Coder coder_;
+  bool transpose_, big_ = false;
+  double tau_ = 0;
+  std::vector<double> rel_;
+  std::vector<A> coef_;
+  Vector<S> col_;
+};
+
 // ---- Dispatch: the most specific kernel for an encoding type.
 template <class A, class E, class>
 struct kernel_for {
-  using type = DenseKernel<A, E>;
+  using type = std::conditional_t<has_traits_kernel<E>, TraitsKernel<A, E>, DenseKernel<A, E>>;
 };
 template <class A, class S>
 struct kernel_for<A, Bank<RotationBlock<S>>,

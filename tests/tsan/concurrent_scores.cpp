@@ -1,14 +1,16 @@
-// peal::scores called concurrently from two std::threads on shared const inputs, each into
-// its own output, must give bitwise the single-threaded result: the kernel's mutable state
-// (the thread-local arena and table cache of include/peal/scores.hpp) must not be shared
-// between callers. Built with -fsanitize=thread by scripts/tsan.sh (data races halt it
+// peal::scores and peal::attention called concurrently from two std::threads on shared const
+// inputs, each into its own output, must give bitwise the single-threaded result: the
+// kernels' mutable state (the thread-local arena and table cache of the tile driver,
+// include/peal/detail/tile_run.hpp and detail/arena.hpp) must not be shared between callers. Built with -fsanitize=thread by scripts/tsan.sh (data races halt it
 // there) and without it as the ctest concurrent_scores (bitwise comparison only).
 //
 // Encodings: RoPE (pure rotation: no rebasing), and an xPos-like decaying rotation bank
 // composed with a JordanBlock<3> and pass-through coordinates (rebased tiles, relative
 // tables, the Jordan part per pair). Positions: evenly spaced (regular tiles: the shared
 // table, cached per thread and reused by the second call) and irregular timestamps (tiles
-// with their own tables). Options: causal, ALiBi, per-head decay, grouped-query heads.
+// with their own tables). Options: causal, ALiBi, per-head decay, grouped-query heads;
+// attention (prefill, and a decode step whose keys are split into ranges merged by
+// log-sum-exp) with v = k.
 // No Catch2: a plain main() that exits 1 on any mismatch.
 #include <cmath>
 #include <cstdio>
@@ -80,6 +82,26 @@ std::vector<float> run(const E& enc, const Problem& p) {
   return out;
 }
 
+// Attention with v = k (out [nq, Hq, d]); `decode` keeps the last query only.
+template <class E>
+std::vector<float> run_attention(const E& enc, const Problem& p, bool decode) {
+  const Index nq = decode ? 1 : p.nq, i0 = p.nq - nq;
+  std::vector<float> out(std::size_t(nq * p.Hq * p.d), 12345.0f);
+  std::vector<double> tq(static_cast<std::size_t>(nq));
+  for (Index i = 0; i < nq; ++i) tq[std::size_t(i)] = p.pq()[i0 + i];
+  TensorView<const float> qv(p.q.data() + i0 * p.Hq * p.d, nq, p.Hq, p.d),
+      kv(p.k.data(), p.nk, p.Hk, p.d);
+  peal::AttentionOptions opt;
+  opt.causal = true;
+  opt.alibi_slopes = p.opt.alibi_slopes;
+  opt.threads = p.opt.threads;
+  opt.query_tile = p.opt.query_tile;
+  opt.key_tile = decode ? 16 : p.opt.key_tile;
+  peal::attention(enc, qv, Positions(tq), kv, p.pk(), kv,
+                  TensorView<float>(out.data(), nq, p.Hq, p.d), opt);
+  return out;
+}
+
 // One problem: an encoding, its inputs and the single-threaded result.
 struct Job {
   const char* name;
@@ -140,6 +162,11 @@ int main() {
       {"xpos+jordan3, evenly spaced", [&] { return run(decaying, dec_even); }, {}},
       {"rope, irregular", [&] { return run(rope64, rope_irr); }, {}},
       {"xpos+jordan3, irregular", [&] { return run(decaying, dec_irr); }, {}},
+      {"attention rope, irregular", [&] { return run_attention(rope64, rope_irr, false); }, {}},
+      {"attention xpos+jordan3", [&] { return run_attention(decaying, dec_even, false); }, {}},
+      {"decode rope, split keys", [&] { return run_attention(rope64, rope_even, true); }, {}},
+      {"decode xpos+jordan3, irregular", [&] { return run_attention(decaying, dec_irr, true); },
+       {}},
   };
   const int bad = check(jobs);
   std::printf(bad ? "concurrent_scores: FAILED\n"

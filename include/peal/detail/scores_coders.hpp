@@ -404,6 +404,12 @@ class FixedBlocksCoder {
   void apply_factor(const C* coef, const C* src, C* dst, bool t, C* scratch) const {
     apply(coef, src, dst, t, scratch);
   }
+  /// Whether a row of relative() has a magnitude clamped to DBL_MAX (past the range).
+  bool clamped(const double* rel) const {
+    for (int b = 0; b < nb_; ++b)
+      if (!(rel[b * (1 + MM)] < std::numeric_limits<double>::max())) return true;
+    return false;
+  }
 
  private:
   void init() {
