@@ -5,7 +5,11 @@
 //                                 (src and dst of different storage types);
 //   shift_keys                    against the shift factor applied to the encoded key, and
 //                                 against G(s + delta) x;
-//   scores                        against q^T A(t - s) k per pair, with every ScoreOptions.
+//   scores                        against q^T A(t - s) k per pair, with every ScoreOptions;
+//   attention                     against softmax of the same long double scores times V, with
+//                                 every AttentionOptions (causal, window, ALiBi, softcap, sinks,
+//                                 scale, tiles, lse, GQA, dv != d, rows with no visible key),
+//                                 keys_encoded for pure rotations (its throw for the others).
 // The reference is the family's long double twin (families build the same encoding for any
 // scalar from the same random stream), evaluated on the inputs AFTER rounding to the storage
 // type, so every tolerance is about the kernel. The tolerances are the kernels' documented
@@ -27,10 +31,10 @@
 // storage combinations listed in encode_pairs / score_triples); the reference once per long
 // double encoding type (OracleOf); everything else is ordinary code shared by all families.
 //
-// Adding a kernel (e.g. attention): a virtual entry in KernelSet and its switch in KernelsOf,
-// and a check_attention_case(oracle, kernels, case, ScoreInputs) beside check_scores_case,
-// called from run_kernel_conformance where marked (one function per kernel family, taking the
-// family's reference, its kernels and the shared inputs).
+// Adding a kernel: a virtual entry in KernelSet and its switch in KernelsOf, and a check_X_case
+// (oracle, kernels, case, ScoreInputs) beside check_scores_case and check_attention_case, called
+// from run_kernel_conformance (one function per kernel family, taking the family's reference,
+// its kernels and the shared inputs).
 #pragma once
 
 #include <algorithm>
