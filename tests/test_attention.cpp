@@ -126,14 +126,18 @@ template <class EL>
 int check_rows(const EL& el, const Sizes& sz, const Problem& p, const AttentionOptions& opt,
                const Run& got, std::vector<Index> rows, std::string& first,
                bool positions_exact = true, const std::vector<float>* keys = nullptr,
-               bool encoded_q = false) {
+               bool encoded_q = false, Index key_tiles = 0) {
   const Index d = p.d, dv = p.dv, G = p.Hq / p.Hk;
   const LD scale = opt.scale ? LD(*opt.scale) : 1 / std::sqrt(LD(std::max<Index>(d, 1)));
   const Index TQ = opt.query_tile > 0 ? opt.query_tile : 256,
               TK = opt.key_tile > 0 ? opt.key_tile : 512;
   const LD w = half_spread(p.tq, TQ) + half_spread(p.tk, TK);
   const LD n_tile = LD(std::min(TK, p.nk));
-  const LD n_tiles = sz.rate() == 0 ? LD((p.nk + TK - 1) / TK) : LD(p.nk);
+  // Key tiles: TK tokens each for a pure rotation (nothing cuts them), else as planned (the
+  // caller passes TileRun::key_tiles()) or at most one per key.
+  const LD n_tiles = key_tiles > 0       ? LD(key_tiles)
+                     : sz.rate() == 0 ? LD((p.nk + TK - 1) / TK)
+                                      : LD(p.nk);
   const std::vector<float>& kk = keys ? *keys : p.k;
   if (rows.empty())
     for (Index i = 0; i < p.nq; ++i) rows.push_back(i);
@@ -267,9 +271,11 @@ LD max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-/// The tile driver's key splits for this problem (TileRun::key_splits()).
+/// The tile driver's key splits for this problem (TileRun::key_splits()), or its number of key
+/// tiles (tiles = true).
 template <class E>
-Index key_splits(const E& enc, const Problem& p, const AttentionOptions& opt, int threads) {
+Index key_splits(const E& enc, const Problem& p, const AttentionOptions& opt, int threads,
+                 bool tiles = false) {
   namespace sk = peal::detail::scores_kernels;
   std::vector<float> out(std::size_t(p.nq * p.Hq * p.dv));
   using Sink = sk::AttentionSink<float, const float, float>;
@@ -279,7 +285,7 @@ Index key_splits(const E& enc, const Problem& p, const AttentionOptions& opt, in
   so.threads = threads, so.query_tile = opt.query_tile, so.key_tile = opt.key_tile;
   const Positions tq(p.tq), tk(p.tk);
   sk::TileRun<float, E, const float, const float, Sink> r(enc, p.Q(), tq, p.K(), tk, sink, so);
-  return r.key_splits();
+  return tiles ? r.key_tiles() : r.key_splits();
 }
 
 }  // namespace
@@ -446,7 +452,9 @@ TEST_CASE("attention: decaying encodings over 65536 keys at ~1.7e9", "[attention
     CAPTURE(which);
     CHECK(finite);
     std::string first;
-    CHECK(check_rows(el, sizes_of(el), p, o, r, rows, first, false) == 0);
+    const Index tiles = key_splits(enc, p, o, 1, true);
+    CAPTURE(tiles);
+    CHECK(check_rows(el, sizes_of(el), p, o, r, rows, first, false, nullptr, false, tiles) == 0);
     INFO(first);
     AttentionOptions oe = o;
     oe.keys_encoded = true;
