@@ -5,7 +5,11 @@
 //                                 (src and dst of different storage types);
 //   shift_keys                    against the shift factor applied to the encoded key, and
 //                                 against G(s + delta) x;
-//   scores                        against q^T A(t - s) k per pair, with every ScoreOptions.
+//   scores                        against q^T A(t - s) k per pair, with every ScoreOptions;
+//   attention                     against softmax of the same long double scores times V, with
+//                                 every AttentionOptions (causal, window, ALiBi, softcap, sinks,
+//                                 scale, tiles, lse, GQA, dv != d, rows with no visible key),
+//                                 keys_encoded for pure rotations (its throw for the others).
 // The reference is the family's long double twin (families build the same encoding for any
 // scalar from the same random stream), evaluated on the inputs AFTER rounding to the storage
 // type, so every tolerance is about the kernel. The tolerances are the kernels' documented
@@ -27,10 +31,10 @@
 // storage combinations listed in encode_pairs / score_triples); the reference once per long
 // double encoding type (OracleOf); everything else is ordinary code shared by all families.
 //
-// Adding a kernel (e.g. attention): a virtual entry in KernelSet and its switch in KernelsOf,
-// and a check_attention_case(oracle, kernels, case, ScoreInputs) beside check_scores_case,
-// called from run_kernel_conformance where marked (one function per kernel family, taking the
-// family's reference, its kernels and the shared inputs).
+// Adding a kernel: a virtual entry in KernelSet and its switch in KernelsOf, and a check_X_case
+// (oracle, kernels, case, ScoreInputs) beside check_scores_case and check_attention_case, called
+// from run_kernel_conformance (one function per kernel family, taking the family's reference,
+// its kernels and the shared inputs).
 #pragma once
 
 #include <algorithm>
@@ -318,6 +322,16 @@ inline std::vector<StorageTriple> score_triples(bool full) {
           {S::f32, S::f64, S::f32}};
 }
 
+// q, k, v, out of attention: the storage of one score triple with v beside k (half beside
+// bfloat16 keys) and out as in scores: float and double arithmetic, half/bfloat16 reads, a
+// double output of float arithmetic, double keys in float views (double arithmetic).
+struct StorageQuad {
+  Storage q, k, v, out;
+};
+inline StorageQuad attention_quad(const StorageTriple& t) {
+  return {t.q, t.k, t.k == Storage::bf16 ? Storage::f16 : t.k, t.out};
+}
+
 class KernelSet {
  public:
   virtual ~KernelSet() = default;
@@ -329,7 +343,10 @@ class KernelSet {
   virtual void shift(const AnyView& src, const AnyView& dst, double delta) const = 0;
   virtual void scores(const AnyView& q, const Positions& tq, const AnyView& k, const Positions& tk,
                       const AnyView& out, const ScoreOptions& opt) const = 0;
-  // A later attention kernel: virtual void attention(...) const = 0; (see the file comment).
+  /// attention with v and out of the storage of attention_quads (q and k as in scores).
+  virtual void attention(const AnyView& q, const Positions& tq, const AnyView& k,
+                         const Positions& tk, const AnyView& v, const AnyView& out,
+                         const peal::AttentionOptions& opt) const = 0;
 };
 
 [[noreturn]] inline void unsupported(const char* what, Storage a, Storage b) {
@@ -433,6 +450,26 @@ class KernelsOf final : public KernelSet {
     unsupported("scores", q.type, out.type);
   }
 
+  void attention(const AnyView& q, const Positions& tq, const AnyView& k, const Positions& tk,
+                 const AnyView& v, const AnyView& out,
+                 const peal::AttentionOptions& opt) const override {
+    using S = Storage;
+    auto is = [&](S a, S b, S c, S e) {
+      return q.type == a && k.type == b && v.type == c && out.type == e;
+    };
+    if (is(S::f64, S::f64, S::f64, S::f64))
+      return att<double, double, double, double>(q, tq, k, tk, v, out, opt);
+    if constexpr (Full) {
+      if (is(S::f32, S::f32, S::f32, S::f32))
+        return att<float, float, float, float>(q, tq, k, tk, v, out, opt);
+      if (is(S::f16, S::bf16, S::f16, S::f64))
+        return att<Eigen::half, Eigen::bfloat16, Eigen::half, double>(q, tq, k, tk, v, out, opt);
+      if (is(S::f32, S::f64, S::f64, S::f32))
+        return att<float, double, double, float>(q, tq, k, tk, v, out, opt);
+    }
+    unsupported("attention", q.type, out.type);
+  }
+
  private:
   template <class T>
   void inplace(Side side, const AnyView& v, const Positions& p) const {
@@ -456,6 +493,12 @@ class KernelsOf final : public KernelSet {
   void run(const AnyView& q, const Positions& tq, const AnyView& k, const Positions& tk,
            const AnyView& out, const ScoreOptions& opt) const {
     peal::scores(e_, typed<const Tq>(q), tq, typed<const Tk>(k), tk, typed<Out>(out), opt);
+  }
+  template <class Tq, class Tk, class Tv, class Out>
+  void att(const AnyView& q, const Positions& tq, const AnyView& k, const Positions& tk,
+           const AnyView& v, const AnyView& out, const peal::AttentionOptions& opt) const {
+    peal::attention(e_, typed<const Tq>(q), tq, typed<const Tk>(k), tk, typed<const Tv>(v),
+                    typed<Out>(out), opt);
   }
 
   const E& e_;
@@ -788,6 +831,12 @@ struct Stats {
         score_skipped = 0;
   LD worst_encode = 0, worst_shift = 0, worst_scores = 0;  // max |err| / tol
   std::string worst_scores_at;
+  // attention: rows checked (sharp: logit error <= 0.1), rows outside the domain, rows with no
+  // visible key, keys_encoded runs (or the throws checked), worst err / tol.
+  Index att_checked = 0, att_sharp = 0, att_skipped = 0, att_empty = 0, att_encoded = 0,
+        att_throws = 0;
+  LD worst_attention = 0;
+  std::string worst_attention_at;
   // With PEAL_CONFORMANCE_REPORT set: counts and worst ratios per family (2: and the worst score).
   void print() const {
     const char* report = std::getenv("PEAL_CONFORMANCE_REPORT");
@@ -798,7 +847,13 @@ struct Stats {
         family, (long long)enc_checked[0], (long long)enc_checked[1], (long long)enc_checked[2],
         (long long)enc_checked[3], (long long)enc_skipped, worst_encode, (long long)shift_checked,
         worst_shift, (long long)score_checked, (long long)score_skipped, worst_scores);
+    std::printf(
+        "  attention rows %lld (sharp %lld, skipped %lld, empty %lld), keys_encoded runs %lld, "
+        "throws %lld, worst %.3Lg\n",
+        (long long)att_checked, (long long)att_sharp, (long long)att_skipped, (long long)att_empty,
+        (long long)att_encoded, (long long)att_throws, worst_attention);
     if (report[0] == '2') std::printf("  worst score: %s\n", worst_scores_at.c_str());
+    if (report[0] == '2') std::printf("  worst attention: %s\n", worst_attention_at.c_str());
   }
 };
 
@@ -1457,9 +1512,317 @@ inline void check_scores_case(const Oracle& o, const KernelSet& ks, const ScoreC
   }
 }
 
-// A later attention kernel: check_attention_case(const Oracle&, const KernelSet&, const
-// ScoreCase&, const ScoreInputs&, ...) here: v and the softmax on top of the same reference
-// scores (the row maximum, the weights and their sum in long double), and its options.
+// ---- attention
+// -----------------------------------------------------------------------------------
+
+/// The options of attention case c (a covering design over the score cases, the values drawn
+/// from rng): causal (c even, or c % 7 == 3), a window (c % 3 == 0: 0.05 or 0.4 of the span,
+/// or 0.5 at regular positions: only the diagonal), ALiBi (c % 4 in {1, 2}), a softcap in
+/// [1, 5] (c % 5 in {2, 4}), sinks in [-2, 2] (c % 3 == 1), a negative scale (c % 6 == 5),
+/// tiles (auto, 7 x 16, 16 x 7, 7 x 7 by c % 4), lse unless c % 5 == 3.
+inline peal::AttentionOptions attention_options(int c, Index Hq, const ScoreCase& sc,
+                                                const ScorePositions& P, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0, 1);
+  peal::AttentionOptions o;
+  o.causal = c % 2 == 0 || c % 7 == 3;
+  if (c % 3 == 0)
+    o.window = sc.pos == PosKind::regular && c % 2 == 0
+                   ? 0.5
+                   : std::max(1e-3, double(P.span) * (c % 2 ? 0.05 : 0.4));
+  if (c % 4 == 1 || c % 4 == 2) o.alibi_slopes = peal::alibi_slopes(int(Hq));
+  if (c % 5 == 2 || c % 5 == 4) o.softcap = 1 + 4 * u(rng);
+  if (c % 3 == 1)
+    for (Index h = 0; h < Hq; ++h) o.sinks.push_back(4 * u(rng) - 2);
+  if (c % 6 == 5) o.scale = -0.75;
+  static const Index tiles[4][2] = {{0, 0}, {7, 16}, {16, 7}, {7, 7}};
+  o.query_tile = tiles[c % 4][0], o.key_tile = tiles[c % 4][1];
+  return o;
+}
+inline std::string describe(const peal::AttentionOptions& o) {
+  std::ostringstream os;
+  os << "causal " << o.causal << ", window " << o.window << ", alibi " << !o.alibi_slopes.empty()
+     << ", softcap " << o.softcap << ", sinks " << !o.sinks.empty() << ", scale "
+     << (o.scale ? *o.scale : 0.0) << ", tiles " << o.query_tile << " x " << o.key_tile
+     << ", keys_encoded " << o.keys_encoded << ", lse " << (o.lse != nullptr);
+  return os.str();
+}
+
+/// What the attention reference needs besides the raw scores: per (h, i, j) the scaled score
+/// and the size M of its bound (scores' reference, or the encoded keys' for keys_encoded).
+struct AttentionScores {
+  const std::vector<LD>* raw;  // [h][i][j]: q^T A k (or F(t) q . G(s) k stored)
+  std::vector<LD> M;           // [h][i][j]: |q| ||A|| |k| of the bound (without the scale)
+  LD rho = 1, extra = 0;
+  bool lag = true;  // the rounded position differences enter (raw keys); not for encoded keys
+};
+
+/// attention() against softmax of the long double logits times V, row by row: the logit
+/// errors of Tol::score through the softcap, ALiBi and exp (Tol::attention_logit), the softmax's
+/// Lipschitz bound and the sums in C (Tol::attention_out, attention_lse). Rows with a visible
+/// logit outside scores' documented domain (the rebasing headroom) are counted, not checked;
+/// rows with no visible key must be exactly 0 with lse -inf (sigma_h with a sink).
+inline void compare_attention(const Oracle& o, const AttentionScores& as, const ScoreReference& ref,
+                              const ScorePositions& P, const peal::AttentionOptions& opt,
+                              const Buffer& v, const Buffer& out, const std::vector<double>& lse,
+                              bool dbl, bool params_double, Stats& st) {
+  const int d = o.dim();
+  const Index nq = ref.nq, nk = ref.nk, Hq = ref.Hq, G = ref.G, dv = v.geometry().dim;
+  const LD eps_c = dbl ? Tol<double>::eps : Tol<float>::eps;
+  const LD eps_out = storage_eps(out.type()), floor_out = storage_floor(out.type());
+  const LD scale = opt.scale ? LD(*opt.scale) : 1 / std::sqrt(LD(d));
+  const Index TQ = opt.query_tile > 0 ? opt.query_tile : 256,
+              TK = opt.key_tile > 0 ? opt.key_tile : 512;
+  LD hq = window_spread(P.tq, TQ) / 2, hk = window_spread(P.tk, TK) / 2;
+  const LD w = hq + hk;
+  // Key tiles: TK tokens each when nothing cuts them (no growth, no chain: the plan's
+  // half-spread is unlimited), else at most one per key.
+  const LD n_tile = LD(std::min(TK, nk));
+  const LD n_tiles = o.rate == 0 && o.degree == 0 ? LD((nk + TK - 1) / TK) : LD(nk);
+  const bool exact = differences_exact(P.tq) && differences_exact(P.tk) && !params_double;
+  const LD hi = dbl ? std::ldexp(1.0L, 896) : 5e33L, lo = dbl ? std::ldexp(1.0L, -894) : 2e-33L;
+  const std::vector<LD> vv = v.values();
+  Mismatches mm;
+  LD worst = 0;
+  std::vector<LD> x(static_cast<std::size_t>(nk)), acc(static_cast<std::size_t>(dv)),
+      vmax(static_cast<std::size_t>(dv));
+  std::vector<char> vis(static_cast<std::size_t>(nk));
+  for (Index h = 0; h < Hq; ++h) {
+    const LD m = opt.alibi_slopes.empty() ? 0 : LD(opt.alibi_slopes[std::size_t(h)]);
+    const bool sink = !opt.sinks.empty();
+    const LD sigma = sink ? LD(opt.sinks[std::size_t(h)]) : 0;
+    for (Index i = 0; i < nq; ++i) {
+      const double ti = P.tq.v[std::size_t(i)];
+      LD mx = -std::numeric_limits<LD>::infinity(), delta = 0, L = 0;
+      bool any = false, domain = true;
+      std::fill(vmax.begin(), vmax.end(), LD(0));
+      for (Index j = 0; j < nk; ++j) {
+        const double sj = P.tk.v[std::size_t(j)];
+        vis[std::size_t(j)] = !((opt.causal && sj > ti) || ti - sj >= opt.window);
+        if (!vis[std::size_t(j)]) continue;
+        any = true;
+        const std::size_t at = std::size_t((h * nq + i) * nk + j);
+        const LD tau = LD(ti) - LD(sj), y = scale * (*as.raw)[at];
+        const LD M = std::abs(scale) * as.M[at];
+        if (!(M <= hi && ref.lag[std::size_t(i * nk + j)] >= lo && std::abs(y) <= hi)) domain = false;
+        const LD reach = std::abs(tau) + 2 * w;
+        const LD lag = as.lag ? o.rate * reach + (exact ? 0 : o.xnorm * reach) : 0;
+        const LD e = dbl ? Tol<double>::score(d, as.rho, as.extra, M, 0, eps_c, 0, y, lag)
+                         : Tol<float>::score(d, as.rho, as.extra, M, 0, eps_c, 0, y, lag);
+        LD cy = y, move = e;
+        if (opt.softcap > 0) {
+          const LD c = opt.softcap;
+          cy = c * std::tanh(y / c);
+          move = std::max(std::abs(c * std::tanh((y + e) / c) - cy),
+                          std::abs(c * std::tanh((y - e) / c) - cy));
+        }
+        x[std::size_t(j)] = cy - m * tau;
+        mx = std::max(mx, x[std::size_t(j)]);
+        const LD alibi = std::abs(m) * (std::abs(tau) + 2 * w);
+        L = std::max(L, std::abs(cy) + alibi);
+        delta = std::max(delta, dbl ? Tol<double>::attention_logit(move, y, cy, opt.softcap > 0,
+                                                                  alibi)
+                                    : Tol<float>::attention_logit(move, y, cy, opt.softcap > 0,
+                                                                 alibi));
+        for (Index e2 = 0; e2 < dv; ++e2)
+          vmax[std::size_t(e2)] =
+              std::max(vmax[std::size_t(e2)],
+                       std::abs(vv[std::size_t((j * (Hq / G) + h / G) * dv + e2)]));
+      }
+      const double got_lse = lse.empty() ? 0.0 : lse[std::size_t(i * Hq + h)];
+      std::ostringstream at;
+      at << "(i " << i << ", h " << h << ") t " << ti << ": ";
+      if (!any) {  // no visible key: exactly zero, lse -inf or the sink
+        ++st.att_empty;
+        bool ok = true;
+        for (Index e2 = 0; e2 < dv; ++e2) ok &= out.at(i, h, e2) == 0;
+        if (!lse.empty()) ok &= sink ? got_lse == double(sigma) : got_lse == -HUGE_VAL;
+        if (!ok) mm.add(at.str() + "no visible key, but out or lse not 0 / -inf / sigma");
+        continue;
+      }
+      if (!domain) {
+        ++st.att_skipped;
+        continue;
+      }
+      delta += dbl ? Tol<double>::attention_exponent(L) : Tol<float>::attention_exponent(L);
+      if (sink) mx = std::max(mx, sigma);
+      LD l = 0;
+      std::fill(acc.begin(), acc.end(), LD(0));
+      for (Index j = 0; j < nk; ++j) {
+        if (!vis[std::size_t(j)]) continue;
+        const LD p = std::exp(x[std::size_t(j)] - mx);
+        l += p;
+        for (Index e2 = 0; e2 < dv; ++e2)
+          acc[std::size_t(e2)] += p * vv[std::size_t((j * (Hq / G) + h / G) * dv + e2)];
+      }
+      if (sink) l += std::exp(sigma - mx);
+      LD row_worst = 0;
+      for (Index e2 = 0; e2 < dv; ++e2) {
+        const LD want = acc[std::size_t(e2)] / l, got = out.at(i, h, e2);
+        const LD tol = (dbl ? Tol<double>::attention_out(delta, n_tile, n_tiles, vmax[std::size_t(e2)])
+                            : Tol<float>::attention_out(delta, n_tile, n_tiles, vmax[std::size_t(e2)])) +
+                       eps_out * std::abs(want) + floor_out;
+        const LD err = std::abs(got - want);
+        if (!(err <= tol)) {
+          std::ostringstream os;
+          os << at.str() << "out[" << e2 << "] got " << double(got) << " want " << double(want)
+             << " tol " << double(tol) << " (logit error " << double(delta) << ")";
+          mm.add(os.str());
+        }
+        if (tol > 0) row_worst = std::max(row_worst, err / tol);
+      }
+      if (!lse.empty()) {
+        const LD want = mx + std::log(l);
+        const LD tol = dbl ? Tol<double>::attention_lse(delta, n_tile, n_tiles, want, L)
+                           : Tol<float>::attention_lse(delta, n_tile, n_tiles, want, L);
+        const LD err = std::abs(LD(got_lse) - want);
+        if (!(err <= tol)) {
+          std::ostringstream os;
+          os << at.str() << "lse got " << got_lse << " want " << double(want) << " tol "
+             << double(tol);
+          mm.add(os.str());
+        }
+        row_worst = std::max(row_worst, err / tol);
+      }
+      ++st.att_checked;
+      if (delta <= 0.1) ++st.att_sharp;
+      worst = std::max(worst, row_worst);
+      if (row_worst > st.worst_attention) {
+        st.worst_attention = row_worst;
+        std::ostringstream os;
+        os << describe(opt) << " d " << d << " dv " << dv << (dbl ? " double" : " float")
+           << " out " << storage_name(out.type()) << " " << at.str() << " logit error "
+           << double(delta) << " tiles " << double(n_tile) << " x " << double(n_tiles);
+        st.worst_attention_at = os.str();
+      }
+    }
+  }
+  INFO("attention: " << describe(opt) << "; " << mm.bad << " mismatches, first " << mm.first
+                     << "; worst err/tol " << double(worst));
+  CHECK(mm.bad == 0);
+}
+
+/// attention() of one score case (case index c), on the scores' inputs and reference: one run
+/// with raw keys; then keys_encoded, against the encoded keys as stored, for an encoding whose
+/// G(s) is bounded (a pure rotation: no growth, no Jordan chain), or the throw for any other.
+inline void check_attention_case(const Oracle& o, const KernelSet& ks, const ScoreCase& c, int ci,
+                                 const ScoreInputs& in, bool params_double, std::mt19937_64& rng,
+                                 Stats& st) {
+  const Index Hq = c.Hk * c.G, d = o.dim();
+  static const Index dvs[4] = {0, 1, -1, 5};  // dv - d (at least 1)
+  const Index dv = std::max<Index>(1, d + dvs[ci % 4]);
+  const StorageQuad sq = attention_quad(c.st);
+  const bool dbl = double_arithmetic(c.st.q, c.st.k) || sq.v == Storage::f64;
+  peal::AttentionOptions opt = attention_options(ci, Hq, c, in.P, rng);
+  INFO("attention case: " << describe(c) << ", dim " << d << ", dv " << dv << ", v "
+                          << storage_name(sq.v));
+  Buffer v(sq.v, make_geometry(Shape((ci + 1) % 5), c.nk, c.Hk, dv), std::nan(""));
+  fill_inputs(v, rng);
+  std::vector<double> lse;
+  if (ci % 5 != 3) lse.assign(std::size_t(c.nq * Hq), std::nan(""));
+  opt.lse = lse.empty() ? nullptr : lse.data();
+  AttentionScores as;
+  as.raw = &in.ref.raw;
+  as.extra = o.extra;
+  {  // the scores' bound: rho of a chain in the GEMM over the tiles' half-spreads
+    const Index TQ = opt.query_tile > 0 ? opt.query_tile : 256,
+                TK = opt.key_tile > 0 ? opt.key_tile : 512;
+    const LD cap =
+        dbl ? Tol<double>::poly_half_spread(o.degree) : Tol<float>::poly_half_spread(o.degree);
+    const LD hq = std::min(window_spread(in.P.tq, TQ) / 2, cap),
+             hk = std::min(window_spread(in.P.tk, TK) / 2, cap);
+    as.rho = dbl ? Tol<double>::score_rho(o.degree, hq, hk) : Tol<float>::score_rho(o.degree, hq, hk);
+  }
+  const Index nq = c.nq, nk = c.nk, Hk = c.Hk;
+  as.M.resize(in.ref.raw.size());
+  for (Index h = 0; h < Hq; ++h)
+    for (Index i = 0; i < nq; ++i)
+      for (Index j = 0; j < nk; ++j)
+        as.M[std::size_t((h * nq + i) * nk + j)] = in.ref.lag[std::size_t(i * nk + j)] *
+                                                    in.ref.qsize[std::size_t(i * Hq + h)] *
+                                                    in.ref.ksize[std::size_t(j * Hk + h / c.G)];
+  {
+    Buffer out(sq.out, make_geometry(Shape((ci + 3) % 5), nq, Hq, dv), 12345);
+    const auto before = out.snapshot();
+    ks.attention(in.q.view(), in.P.tq.positions(), in.k.view(), in.P.tk.positions(), v.view(),
+                 out.view(), opt);
+    CHECK(out.changed_outside(before) == 0);
+    compare_attention(o, as, in.ref, in.P, opt, v, out, lse, dbl, params_double, st);
+  }
+  // keys_encoded: G(s) k stored in k's type (encode_keys), against (F(t) q) . (stored key).
+  opt.keys_encoded = true;
+  Buffer kenc(c.st.k, in.k.geometry(), std::nan(""));
+  Buffer out(sq.out, make_geometry(Shape((ci + 2) % 5), nq, Hq, dv), 12345);
+  const bool pure = o.rate == 0 && o.factorable;
+  if (!pure) {
+    CHECK_THROWS_AS(ks.attention(in.q.view(), in.P.tq.positions(), in.k.view(),
+                                 in.P.tk.positions(), v.view(), out.view(), opt),
+                    peal::invalid_argument);
+    ++st.att_throws;
+    return;
+  }
+  ks.encode(Side::key, in.k.view(), kenc.view(), in.P.tk.positions());
+  ks.attention(in.q.view(), in.P.tq.positions(), kenc.view(), in.P.tk.positions(), v.view(),
+               out.view(), opt);
+  ++st.att_encoded;
+  const std::vector<LD> qv = in.q.values(), kv = kenc.values();
+  std::vector<LD> raw(in.ref.raw.size());
+  as.raw = &raw;
+  as.rho = 1, as.lag = false;
+  std::vector<LVector> keys;
+  for (Index j = 0; j < nk * Hk; ++j) keys.push_back(segment(kv, j * d, d));
+  for (Index h = 0; h < Hq; ++h)
+    for (Index i = 0; i < nq; ++i) {
+      const LVector x = segment(qv, (i * Hq + h) * d, d);
+      const LVector qe = o.encode_at(true, LD(in.P.tq.v[std::size_t(i)]), x);
+      const LD qs = o.query_size(x);
+      for (Index j = 0; j < nk; ++j) {
+        const LVector& k = keys[std::size_t(j * Hk + h / c.G)];
+        raw[std::size_t((h * nq + i) * nk + j)] = qe.dot(k);
+        as.M[std::size_t((h * nq + i) * nk + j)] = qs * k.norm();
+      }
+    }
+  compare_attention(o, as, in.ref, in.P, opt, v, out, lse, dbl, params_double, st);
+}
+
+/// attention() with threads = 1 and 2, bitwise: a prefill problem large enough for two threads
+/// (as check_score_threads) with every option, and a decode step (2 queries, one key head,
+/// key_tile 32 over 2^13 keys: key splits merged by log-sum-exp, the split count fixed by the
+/// problem).
+inline void check_attention_threads(const Oracle& o, const KernelSet& ks, Storage type,
+                                    std::mt19937_64& rng) {
+  const Index d = o.dim(), Hk = 4, G = 2, Hq = Hk * G, dv = d + 1;
+  const Index n = Index(std::ceil(std::sqrt(double(Index(1) << 25) / double(2 * Hq * d))));
+  INFO("threads: attention " << n << " x " << n << ", Hq " << Hq << ", " << storage_name(type));
+  for (int decode = 0; decode < 2; ++decode) {
+    const Index nq = decode ? 2 : n, nk = decode ? Index(1) << 13 : n, hk = decode ? 1 : Hk;
+    const Index hq = hk * G;
+    Buffer q(type, make_geometry(Shape::aligned, nq, hq, d), 0),
+        k(type, make_geometry(Shape::offset, nk, hk, d), 0),
+        v(type, make_geometry(Shape::padded, nk, hk, dv), 0);
+    fill_inputs(q, rng);
+    fill_inputs(k, rng);
+    fill_inputs(v, rng);
+    const PositionSet pk = sequence_set(nk, 0.0, 1.0 / 64);
+    const PositionSet pq = sequence_set(nq, double(nk - nq) / 64, 1.0 / 64);
+    peal::AttentionOptions opt;
+    opt.causal = true;
+    opt.window = double(nk) / 128;
+    opt.alibi_slopes = peal::alibi_slopes(int(hq));
+    opt.softcap = 3;
+    for (Index h = 0; h < hq; ++h) opt.sinks.push_back(0.25 * double(h) - 1);
+    if (decode) opt.key_tile = 32;
+    std::vector<double> l1(std::size_t(nq * hq)), l2(l1.size());
+    Buffer one(type, make_geometry(Shape::aligned, nq, hq, dv), 0), two(type, one.geometry(), 0);
+    opt.threads = 1, opt.lse = l1.data();
+    ks.attention(q.view(), pq.positions(), k.view(), pk.positions(), v.view(), one.view(), opt);
+    opt.threads = 2, opt.lse = l2.data();
+    ks.attention(q.view(), pq.positions(), k.view(), pk.positions(), v.view(), two.view(), opt);
+    CAPTURE(decode);
+    CHECK(one.snapshot() == two.snapshot());
+    CHECK(std::memcmp(l1.data(), l2.data(), l1.size() * sizeof(double)) == 0);
+  }
+  (void)Hq;
+}
 
 // ---- Threads: results bitwise independent of the thread count
 // -------------------------------------
@@ -1597,8 +1960,12 @@ void run_kernel_conformance(std::uint64_t seed) {
       else
         check_scores_case(o, KernelsOf<std::decay_t<decltype(tw.second)>, false>(tw.second), sc, in,
                           true, st);
-      // A later attention kernel, on the same inputs: check_attention_case(o, kernels, sc, in,
-      // ...).
+      if (full)
+        check_attention_case(o, KernelsOf<std::decay_t<decltype(tw.first)>, true>(tw.first), sc, c,
+                             in, false, rng, st);
+      else
+        check_attention_case(o, KernelsOf<std::decay_t<decltype(tw.second)>, false>(tw.second), sc,
+                             c, in, true, rng, st);
     }
   {
     const auto tw = build_twins<Fam>(rng(), 40);  // the thread checks' positions stay within 40
@@ -1608,12 +1975,17 @@ void run_kernel_conformance(std::uint64_t seed) {
     check_score_threads(o, ks, Storage::f32, rng);
     check_score_threads(o, ks, Storage::f64, rng);
     check_encode_threads(o, ks, rng);
+    check_attention_threads(o, ks, Storage::f32, rng);
+    check_attention_threads(o, ks, Storage::f64, rng);
   }
   // The suite cannot pass by skipping: every storage type, the shift and scores were checked.
   CAPTURE(Fam::name, st.enc_skipped);
   for (int s = 0; s < 4; ++s) CHECK(st.enc_checked[s] > 0);
   CHECK(st.shift_checked > 0);
   CHECK(st.score_checked > 0);
+  CHECK(st.att_checked > 0);
+  CHECK(st.att_empty > 0);
+  CHECK(st.att_encoded + st.att_throws > 0);
   st.print();
 }
 

@@ -156,3 +156,52 @@ TEST_CASE("scores: working memory of small calls is sized by the rows present",
     CHECK(got <= bound(3) / 4);
   }
 }
+
+// attention() (include/peal/attention.hpp): no nq x nk matrix. Its working memory is the tile
+// driver's (per-thread arena and tables, sized by the tiles, the same for both calls compared
+// below, and by the query block, which grows with nq up to its cap of kBlockBytes = 1 MiB of
+// encoded queries (detail/tile_run.hpp), with the sink's O rows beside it: dv / d MiB more, and
+// m, l: 16 bytes a row), the positions copied once (t, s: 8 bytes a token), the tile plans (a
+// few doubles per tile and per row of a regular tile) and, with key splits, one partial
+// (m, l, O) per split and output row. Checked:
+//   prefill with 8 key heads (8 units: no key splits), n = 512 -> 4096: the logits grow by
+//   8 (4096^2 - 512^2) floats (530 MB as a matrix); memory by at most 2 MiB (the block, dv = d)
+//   plus 16 bytes a block row plus 64 bytes per added token (8x the positions' 16);
+//   decode (1 query, 8 heads of one key head: key splits), nk = 4096 -> 65536: the same 64
+//   bytes per added key; the partials are 8 splits x 8 rows x (dv + 2) values either way.
+TEST_CASE("attention: working memory does not grow with nq x nk", "[attention][memory]") {
+  const Index d = 64;
+  const auto enc = bank(int(d / 2), 0.0);
+  auto peak_attention = [&](Index nq, Index nk, Index Hq, Index Hk) {
+    std::vector<float> q(std::size_t(nq * Hq * d), 0.25f), k(std::size_t(nk * Hk * d), 0.5f),
+        v(k.size(), 1.0f), out(q.size());
+    std::vector<double> lse(static_cast<std::size_t>(nq * Hq));
+    peal::AttentionOptions opt;
+    opt.causal = true, opt.threads = 1, opt.lse = lse.data();
+    long long result = 0;
+    std::thread worker([&] {
+      const long long before = live.load();
+      peak.store(before);
+      counting.store(true);
+      peal::attention(enc, TensorView<const float>(q.data(), nq, Hq, d),
+                      Positions::sequence(double(nk - nq)),
+                      TensorView<const float>(k.data(), nk, Hk, d), Positions::sequence(0.0),
+                      TensorView<const float>(v.data(), nk, Hk, d),
+                      TensorView<float>(out.data(), nq, Hq, d), opt);
+      counting.store(false);
+      result = peak.load() - before;
+    });
+    worker.join();
+    return result;
+  };
+  {
+    const long long small = peak_attention(512, 512, 8, 8), large = peak_attention(4096, 4096, 8, 8);
+    INFO("prefill: peak " << small << " bytes at n = 512, " << large << " at n = 4096");
+    CHECK(large <= small + (2 << 20) + 16 * 4096 + 64 * (4096 - 512));
+  }
+  {
+    const long long small = peak_attention(1, 4096, 8, 1), large = peak_attention(1, 65536, 8, 1);
+    INFO("decode: peak " << small << " bytes at nk = 4096, " << large << " at nk = 65536");
+    CHECK(large <= small + 64 * (65536 - 4096));
+  }
+}

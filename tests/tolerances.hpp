@@ -273,6 +273,58 @@ struct Tol {
     return (2.0L * (d + 16) * rho + extra) * eps * M + 4.0L * eps_out * alibi +
            eps_out * std::abs(ref) + floor_out + phase(lag) * M;
   }
+
+  // ---- attention (tests/conformance_suite.hpp, tests/test_attention.cpp). S is again the
+  // arithmetic type C; every bound is against softmax of the long double logits times V.
+  //
+  // Logits. attention() forms x_j = cap(score_j) - m_h (t - s_j) from scores' tile (the score
+  // in C, without ALiBi: Tol::score with alibi = 0 and eps_out = eps_C, the tile buffer), so the
+  // logit error is
+  //   delta_j = |cap(y + e) - cap(y)|_{|e| <= score tol}   (cap monotone: the larger of the
+  //             two endpoint moves; <= the score tol, cap being 1-Lipschitz)
+  //           + softcap rounding: x / c and C(1/c) (two roundings of the argument, u |y| each
+  //             times cap' <= 1), tanh (Eigen's, a few ulp of |cap|) and the product with c:
+  //             (|y| + 8 |cap y|) eps, factor 2 of slack included;
+  //           + ALiBi: C(-m (t - T) - m (S - s)) (double, rounded once to C) added in C:
+  //             two roundings of terms <= |m| (|tau| + 2 w) around the tile anchors, times 2:
+  //             alibi_bias(|m| (|tau| + 2 w));
+  //           + the exponent: e^{x_j + C(K - m_new)} forms K - m_new (<= L, L the largest
+  //             |logit| of the row plus the ALiBi anchor terms) and x_j + that in C (<= 2 L),
+  //             rounding u L + 2 u L, and exp itself (Eigen's vectorized exp, ~1 ulp): with a
+  //             factor 2 of slack (3 L + 4) eps; relative errors of the weights act as logit
+  //             errors (P_j (1 + eta) = e^{x_j + ln(1 + eta)}).
+  // attention_logit: the first three terms of one logit; attention_exponent(L): the last, for
+  // the row (L its largest |logit| plus ALiBi anchor term).
+  static long double attention_logit(long double cap_move, long double y, long double capped,
+                                     bool softcap, long double alibi) {
+    return cap_move + (softcap ? (std::abs(y) + 8 * std::abs(capped)) * eps : 0.0L) +
+           alibi_bias(alibi);
+  }
+  static long double attention_exponent(long double L) { return (3 * L + 4) * eps; }
+  // Output, one element, relative to V = max_j |v_j| (that element over the row's visible keys):
+  // softmax is Lipschitz in the max norm of the logits: with |delta_j| <= delta, every weight
+  // p_j = e^{x_j} / sum moves to p_j e^{delta_j} / sum_k p_k e^{delta_k}, within
+  // p_j (e^{2 delta} - 1) (the sink's logit is exact: the same bound), so
+  // |sum_j dp_j v_j| <= (e^{2 delta} - 1) V. The sums in C (Higham, Thm 3.1 / 3.5, first order,
+  // all terms of one sign or bounded by p_j V): the weights of one key tile summed in C (n_tile
+  // terms), the PV product of one tile (n_tile terms, Eigen's GEMM), O accumulated over the key
+  // tiles (n_tiles terms), O rescaled by C(e^{m - m'}) at most once per tile while l is rescaled
+  // in double (n_tiles roundings), the key splits merged in C (C(f) o and the sum: 2 per split,
+  // <= 2 n_tiles), the final O / l rounded to C (2): (2 n_tile + 5 n_tiles + 2) u, times 2:
+  //   attention_out = (e^{2 delta} - 1 + 2 (n_tile + 3 n_tiles + 1) eps) V,
+  // plus the rounding to the output storage (eps_out |ref| + its floor, added by the caller).
+  static long double attention_out(long double delta, long double n_tile, long double n_tiles,
+                                   long double V) {
+    return (std::expm1(2 * delta) + 2 * (n_tile + 3 * n_tiles + 1) * eps) * V;
+  }
+  // lse = m + ln l (double): the logits' delta moves ln sum e^{x_j} by <= delta; l's relative
+  // error (n_tile + 2 n_tiles + 2) u as above moves ln l by as much; m + ln l in double and the
+  // log: 2 u_double (|lse| + |m|) <= 4 u_double (|lse| + L). Factor 2 of slack on the sums.
+  static long double attention_lse(long double delta, long double n_tile, long double n_tiles,
+                                   long double lse, long double L) {
+    return delta + (n_tile + 2 * n_tiles + 2) * eps +
+           4 * std::numeric_limits<double>::epsilon() * (std::abs(lse) + L);
+  }
 };
 
 /// Absolute tolerances of the angle reduction (include/peal/detail/angle.hpp) and of sin/cos

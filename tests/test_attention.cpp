@@ -1,0 +1,697 @@
+// peal::attention (include/peal/attention.hpp) against an independent long double reference
+// written here: softmax over the logits x_ij = cap(scale q^T A(t_i - s_j) k_j) - m_h (t_i - s_j)
+// from the long double encoding's own score(), masks and sinks applied as documented, times V.
+// Tolerances: Tol<float>::attention_* (tests/tolerances.hpp, derived there). Also: decode rows
+// against prefill rows, key splits against no split, keys_encoded against raw keys (RoPE, after
+// shift_keys too), long decaying caches at ~1.7e9, rows with no visible key, +inf logits, empty
+// extents, the thread count, and every bad input with its message.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <peal/peal.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "families.hpp"
+#include "tolerances.hpp"
+
+namespace {
+
+using peal::AttentionOptions;
+using peal::Index;
+using peal::Positions;
+using peal::TensorView;
+using Catch::Matchers::Contains;
+using LD = long double;
+using T = peal_test::Tol<float>;
+
+struct Problem {
+  Index nq, nk, Hq, Hk, d, dv;
+  std::vector<double> tq, tk;
+  std::vector<float> q, k, v;  // packed [n, H, d]
+  TensorView<const float> Q() const { return TensorView<const float>(q.data(), nq, Hq, d); }
+  TensorView<const float> K() const { return TensorView<const float>(k.data(), nk, Hk, d); }
+  TensorView<const float> V() const { return TensorView<const float>(v.data(), nk, Hk, dv); }
+};
+
+Problem make_problem(Index nq, Index nk, Index Hq, Index Hk, Index d, Index dv,
+                     std::vector<double> tq, std::vector<double> tk, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Problem p{nq, nk, Hq, Hk, d, dv, std::move(tq), std::move(tk), {}, {}, {}};
+  p.q.resize(std::size_t(nq * Hq * d));
+  p.k.resize(std::size_t(nk * Hk * d));
+  p.v.resize(std::size_t(nk * Hk * dv));
+  for (auto* x : {&p.q, &p.k, &p.v})
+    for (float& e : *x) e = u(rng);
+  return p;
+}
+std::vector<double> range(Index n, double start, double step = 1) {
+  std::vector<double> t;
+  for (Index i = 0; i < n; ++i) t.push_back(start + step * double(i));
+  return t;
+}
+// Irregular timestamps from `base`: gaps log-uniform in [1e-3, 1e3].
+std::vector<double> irregular(Index n, double base, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-3, 3);
+  std::vector<double> t;
+  for (Index i = 0; i < n; ++i) t.push_back(base += std::pow(10.0, u(rng)));
+  return t;
+}
+
+struct Run {
+  std::vector<float> out;
+  std::vector<double> lse;
+};
+template <class E>
+Run run(const E& enc, const Problem& p, AttentionOptions opt, const std::vector<float>* keys = nullptr) {
+  Run r;
+  r.out.assign(std::size_t(p.nq * p.Hq * p.dv), std::nanf(""));
+  r.lse.assign(std::size_t(p.nq * p.Hq), std::nan(""));
+  opt.lse = r.lse.data();
+  const TensorView<const float> k =
+      keys ? TensorView<const float>(keys->data(), p.nk, p.Hk, p.d) : p.K();
+  peal::attention(enc, p.Q(), Positions(p.tq), k, Positions(p.tk), p.V(),
+                  TensorView<float>(r.out.data(), p.nq, p.Hq, p.dv), opt);
+  return r;
+}
+
+/// The bound's sizes of an encoding: ||A(tau)||_2, max |Re lambda|, ||X||.
+struct Sizes {
+  std::vector<LD> a;  // real parts of the blocks (a bank of rotations, or one value)
+  LD xnorm = 0;
+  LD norm(LD tau) const {  // max_b e^{a_b tau}: one exp, of the largest (smallest) a
+    if (a.empty()) return 1;
+    const auto mm = std::minmax_element(a.begin(), a.end());
+    return std::exp((tau >= 0 ? *mm.second : *mm.first) * tau);
+  }
+  LD rate() const {
+    LD r = 0;
+    for (LD x : a) r = std::max(r, std::abs(x));
+    return r;
+  }
+};
+template <class S>
+Sizes sizes_of(const peal::Bank<peal::RotationBlock<S>>& b) {
+  Sizes s;
+  for (int i = 0; i < b.size(); ++i) {
+    s.a.push_back(LD(b.block(i).a()));
+    s.xnorm += 2 * (LD(b.block(i).omega()) * LD(b.block(i).omega()) + s.a.back() * s.a.back());
+  }
+  s.xnorm = std::sqrt(s.xnorm);
+  return s;
+}
+
+LD half_spread(const std::vector<double>& t, Index w) {
+  LD m = 0;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    LD lo = t[i], hi = t[i];
+    for (std::size_t j = i; j < std::min(t.size(), i + std::size_t(w)); ++j)
+      lo = std::min(lo, LD(t[j])), hi = std::max(hi, LD(t[j]));
+    m = std::max(m, hi - lo);
+  }
+  return m / 2;
+}
+
+/// The reference and the bound (Tol<float>::attention_*, float arithmetic and float output) on
+/// `rows` (all if empty); returns the number of mismatches, the first described in `first`.
+/// keys: the keys the reference uses (default p.k); encoded_q: the reference score is
+/// F(t) q . k (keys_encoded), else el.score(q, t, k, s).
+template <class EL>
+int check_rows(const EL& el, const Sizes& sz, const Problem& p, const AttentionOptions& opt,
+               const Run& got, std::vector<Index> rows, std::string& first,
+               bool positions_exact = true, const std::vector<float>* keys = nullptr,
+               bool encoded_q = false, Index key_tiles = 0) {
+  const Index d = p.d, dv = p.dv, G = p.Hq / p.Hk;
+  const LD scale = opt.scale ? LD(*opt.scale) : 1 / std::sqrt(LD(std::max<Index>(d, 1)));
+  const Index TQ = opt.query_tile > 0 ? opt.query_tile : 256,
+              TK = opt.key_tile > 0 ? opt.key_tile : 512;
+  const LD w = half_spread(p.tq, TQ) + half_spread(p.tk, TK);
+  const LD n_tile = LD(std::min(TK, p.nk));
+  // Key tiles: TK tokens each for a pure rotation (nothing cuts them), else as planned (the
+  // caller passes TileRun::key_tiles()) or at most one per key.
+  const LD n_tiles = key_tiles > 0       ? LD(key_tiles)
+                     : sz.rate() == 0 ? LD((p.nk + TK - 1) / TK)
+                                      : LD(p.nk);
+  const std::vector<float>& kk = keys ? *keys : p.k;
+  if (rows.empty())
+    for (Index i = 0; i < p.nq; ++i) rows.push_back(i);
+  int bad = 0;
+  auto fail = [&](const std::string& s) {
+    if (!bad++) first = s;
+  };
+  peal::Vector<LD> qv(d), kv(d);
+  // A pure rotation factors exactly around an anchor c: q^T A(t - s) k = (F(t - c) q) . (G(s - c)
+  // k), O(n) encodings instead of one score per pair (differences exact in long double).
+  const bool factor = sz.a.empty() && !encoded_q;
+  const LD c = p.tq.empty() ? 0 : LD(p.tq[0]);
+  std::vector<peal::Vector<LD>> kf;
+  if (factor)
+    for (Index j = 0; j < p.nk * p.Hk; ++j) {
+      for (Index e = 0; e < d; ++e) kv(e) = kk[std::size_t(j * d + e)];
+      el.encode_key(kv, LD(p.tk[std::size_t(j / p.Hk)]) - c);
+      kf.push_back(kv);
+    }
+  for (Index h = 0; h < p.Hq; ++h) {
+    const LD m = opt.alibi_slopes.empty() ? 0 : LD(opt.alibi_slopes[std::size_t(h)]);
+    const bool sink = !opt.sinks.empty();
+    const LD sigma = sink ? LD(opt.sinks[std::size_t(h)]) : 0;
+    for (Index i : rows) {
+      const double ti = p.tq[std::size_t(i)];
+      for (Index e = 0; e < d; ++e) qv(e) = p.q[std::size_t((i * p.Hq + h) * d + e)];
+      peal::Vector<LD> qe = qv;
+      if (encoded_q) el.encode_query(qe, LD(ti));
+      if (factor) el.encode_query(qe, LD(ti) - c);
+      std::vector<LD> x;
+      std::vector<Index> js;
+      LD delta = 0, L = 0, mx = -INFINITY;
+      std::vector<LD> vmax(std::size_t(dv), 0);
+      for (Index j = 0; j < p.nk; ++j) {
+        const double sj = p.tk[std::size_t(j)];
+        if ((opt.causal && sj > ti) || ti - sj >= opt.window) continue;
+        for (Index e = 0; e < d; ++e) kv(e) = kk[std::size_t((j * p.Hk + h / G) * d + e)];
+        const LD tau = LD(ti) - LD(sj);
+        const LD M = std::abs(scale) * (encoded_q ? 1 : sz.norm(tau)) * qv.norm() * kv.norm();
+        // A decayed score below 1e-12 ulp is taken as 0, its size M joining the error below.
+        const bool tiny = !encoded_q && !factor && M < 1e-12L * T::eps;
+        const LD raw = encoded_q || factor ? qe.dot(factor ? kf[std::size_t(j * p.Hk + h / G)] : kv)
+                       : tiny      ? 0
+                                   : el.score(qv, LD(ti), kv, LD(sj));
+        const LD y = scale * raw;
+        const LD reach = std::abs(tau) + 2 * w;
+        const LD lag = encoded_q ? 0 : sz.rate() * reach + (positions_exact ? 0 : sz.xnorm * reach);
+        const LD es = T::score(int(d), 1, 0, M, 0, T::eps, 0, y, lag) + (tiny ? M : 0);
+        LD cy = y, move = es;
+        if (opt.softcap > 0) {
+          const LD c = opt.softcap;
+          cy = std::isinf(y) ? std::copysign(c, y) : c * std::tanh(y / c);
+          move = std::isinf(y) ? 0
+                               : std::max(std::abs(c * std::tanh((y + es) / c) - cy),
+                                          std::abs(c * std::tanh((y - es) / c) - cy));
+        }
+        const LD alibi = std::abs(m) * (std::abs(tau) + 2 * w);
+        x.push_back(cy - m * tau);
+        js.push_back(j);
+        mx = std::max(mx, x.back());
+        if (std::isfinite(cy)) {
+          L = std::max(L, std::abs(cy) + alibi);
+          delta = std::max(delta, T::attention_logit(move, y, cy, opt.softcap > 0, alibi));
+        }
+        for (Index e = 0; e < dv; ++e)
+          vmax[std::size_t(e)] = std::max(vmax[std::size_t(e)],
+                                          LD(std::abs(p.v[std::size_t((j * p.Hk + h / G) * dv + e)])));
+      }
+      std::ostringstream at;
+      at << "row " << i << " head " << h << " (t " << ti << "): ";
+      const double glse = got.lse[std::size_t(i * p.Hq + h)];
+      if (js.empty()) {
+        bool ok = sink ? glse == double(sigma) : glse == -HUGE_VAL;
+        for (Index e = 0; e < dv; ++e) ok &= got.out[std::size_t((i * p.Hq + h) * dv + e)] == 0;
+        if (!ok) fail(at.str() + "no visible key: not 0 / -inf / sigma");
+        continue;
+      }
+      delta += T::attention_exponent(L);
+      if (sink) mx = std::max(mx, sigma);
+      std::vector<LD> acc(std::size_t(dv), 0);
+      LD l = 0;
+      const bool inf = std::isinf(mx) && mx > 0;
+      for (std::size_t r = 0; r < js.size(); ++r) {
+        const LD pr = inf ? (std::isinf(x[r]) && x[r] > 0 ? 1 : 0) : std::exp(x[r] - mx);
+        l += pr;
+        for (Index e = 0; e < dv; ++e)
+          acc[std::size_t(e)] += pr * p.v[std::size_t((js[r] * p.Hk + h / G) * dv + e)];
+      }
+      if (sink && !inf) l += std::exp(sigma - mx);
+      for (Index e = 0; e < dv; ++e) {
+        const LD want = acc[std::size_t(e)] / l;
+        const LD g = got.out[std::size_t((i * p.Hq + h) * dv + e)];
+        const LD tol = T::attention_out(delta, n_tile, n_tiles, vmax[std::size_t(e)]) +
+                       T::eps * std::abs(want);
+        if (!(std::abs(g - want) <= tol)) {
+          std::ostringstream os;
+          os << at.str() << "out[" << e << "] " << double(g) << " want " << double(want) << " tol "
+             << double(tol);
+          fail(os.str());
+        }
+      }
+      const LD want_lse = inf ? mx : mx + std::log(l);
+      if (inf) {
+        if (!(glse == HUGE_VAL)) fail(at.str() + "lse not +inf");
+      } else if (!(std::abs(glse - want_lse) <=
+                   T::attention_lse(delta, n_tile, n_tiles, want_lse, L))) {
+        std::ostringstream os;
+        os << at.str() << "lse " << glse << " want " << double(want_lse);
+        fail(os.str());
+      }
+    }
+  }
+  return bad;
+}
+
+peal::RopeConfig rope_config(int head_dim, peal::Layout layout, double partial = 1.0) {
+  peal::RopeConfig c;
+  c.head_dim = head_dim;
+  c.layout = layout;
+  c.partial_rotary_factor = partial;
+  return c;
+}
+
+template <class X>
+bool same_bits(const std::vector<X>& a, const std::vector<X>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(X)) == 0;
+}
+LD max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  LD m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, LD(std::abs(a[i] - b[i])));
+  return m;
+}
+
+/// The tile driver's key splits for this problem (TileRun::key_splits()), or its number of key
+/// tiles (tiles = true).
+template <class E>
+Index key_splits(const E& enc, const Problem& p, const AttentionOptions& opt, int threads,
+                 bool tiles = false) {
+  namespace sk = peal::detail::scores_kernels;
+  std::vector<float> out(std::size_t(p.nq * p.Hq * p.dv));
+  using Sink = sk::AttentionSink<float, const float, float>;
+  sk::SoftmaxOptions sm;
+  Sink sink(p.V(), TensorView<float>(out.data(), p.nq, p.Hq, p.dv), nullptr, sm);
+  peal::ScoreOptions so;
+  so.threads = threads, so.query_tile = opt.query_tile, so.key_tile = opt.key_tile;
+  const Positions tq(p.tq), tk(p.tk);
+  sk::TileRun<float, E, const float, const float, Sink> r(enc, p.Q(), tq, p.K(), tk, sink, so);
+  return tiles ? r.key_tiles() : r.key_splits();
+}
+
+}  // namespace
+
+TEST_CASE("attention: every option against the long double reference", "[attention]") {
+  const auto enc = peal::rope<double>(rope_config(32, peal::Layout::HalfSplit));
+  const auto el = peal::rope<long double>(rope_config(32, peal::Layout::HalfSplit));
+  const Sizes sz;  // a pure rotation: ||A|| = 1
+  for (int pos = 0; pos < 2; ++pos) {
+    const Index n = 97;
+    const std::vector<double> t = pos ? irregular(n, 1.7e9, 5) : range(n, 0);
+    const Problem p = make_problem(n, n, 4, 2, 32, 24, t, t, 11);
+    const std::vector<double> sinks = {0.5, -1, 2, 3};
+    for (int variant = 0; variant < 9; ++variant) {
+      AttentionOptions o;
+      switch (variant) {
+        case 1: o.causal = true; break;
+        case 2: o.window = pos ? 3e3 : 9; o.causal = true; break;
+        case 3: o.alibi_slopes = peal::alibi_slopes(4); break;
+        case 4: o.softcap = 1.5; break;
+        case 5: o.sinks = sinks; break;
+        case 6: o.scale = -0.4; break;
+        case 7: o.window = pos ? 500 : 5; break;  // no causal mask: future keys stay visible
+        case 8:
+          o.causal = true, o.window = pos ? 1e4 : 37, o.softcap = 5;
+          o.alibi_slopes = peal::alibi_slopes(4), o.sinks = sinks;
+          o.query_tile = 7, o.key_tile = 16;
+          break;
+        default: break;
+      }
+      CAPTURE(pos, variant);
+      const Run r = run(enc, p, o);
+      std::string first;
+      const int bad = check_rows(el, sz, p, o, r, {}, first, pos == 0);
+      INFO(first);
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("attention: a test that can fail (a wrong option is caught)", "[attention]") {
+  const auto enc = peal::rope<double>(rope_config(16, peal::Layout::Interleaved));
+  const auto el = peal::rope<long double>(rope_config(16, peal::Layout::Interleaved));
+  const Problem p = make_problem(20, 20, 2, 1, 16, 16, range(20, 0), range(20, 0), 3);
+  AttentionOptions o, wrong;
+  o.causal = true, o.softcap = 2, o.alibi_slopes = {0.5, 0.25};
+  std::string first;
+  for (int k = 0; k < 3; ++k) {
+    wrong = o;
+    if (k == 0) wrong.causal = false;
+    if (k == 1) wrong.softcap = 2.1;
+    if (k == 2) wrong.alibi_slopes = {0.5, 0.2501};
+    CHECK(check_rows(el, Sizes{}, p, o, run(enc, p, wrong), {}, first) > 0);
+  }
+  CHECK(check_rows(el, Sizes{}, p, o, run(enc, p, o), {}, first) == 0);
+}
+
+TEST_CASE("attention: decode rows equal the same rows of prefill", "[attention]") {
+  const auto enc = peal::rope<double>(rope_config(64, peal::Layout::HalfSplit));
+  const auto el = peal::rope<long double>(rope_config(64, peal::Layout::HalfSplit));
+  const Index nk = 700, Hq = 8, Hk = 2, d = 64;
+  const std::vector<double> tk = irregular(nk, 0, 9);
+  const Problem full = make_problem(nk, nk, Hq, Hk, d, d, tk, tk, 21);
+  AttentionOptions o;
+  o.causal = true, o.sinks = std::vector<double>(Hq, 0.5), o.softcap = 30;
+  const Run pre = run(enc, full, o);
+  for (Index r = 1; r <= 8; ++r) {  // the last r queries, one decode step of r tokens
+    Problem dec = full;
+    dec.nq = r;
+    dec.tq.assign(tk.end() - r, tk.end());
+    dec.q.assign(full.q.end() - r * Hq * d, full.q.end());
+    const Run got = run(enc, dec, o);
+    std::string first;
+    CAPTURE(r, key_splits(enc, dec, o, 1));
+    INFO(first);
+    CHECK(check_rows(el, Sizes{}, dec, o, got, {}, first, false) == 0);
+    // Against prefill: both within the bound of the reference, so within twice of each other.
+    LD worst = 0;
+    for (Index i = 0; i < r * Hq * d; ++i) {
+      const LD a = got.out[std::size_t(i)], b = pre.out[std::size_t((nk - r) * Hq * d + i)];
+      worst = std::max(worst, std::abs(a - b));
+    }
+    CHECK(worst <= 2 * T::attention_out(1e-4L, 512, 2, 1));
+    CHECK(worst > 0);  // not the same computation (splits, tiles): the comparison is real
+  }
+}
+
+TEST_CASE("attention: key splits (decode) against one range of key tiles", "[attention]") {
+  const auto enc = peal::rope<double>(rope_config(64, peal::Layout::Interleaved));
+  const auto el = peal::rope<long double>(rope_config(64, peal::Layout::Interleaved));
+  const Problem p = make_problem(1, 300, 4, 1, 64, 48, {299.5}, range(300, 0), 4);
+  AttentionOptions split, one;
+  split.key_tile = 32;
+  one.key_tile = 512;
+  for (bool causal : {false, true}) {
+    split.causal = one.causal = causal;
+    split.sinks = one.sinks = {0, 1, -1, 4};
+    REQUIRE(key_splits(enc, p, split, 1) > 1);
+    REQUIRE(key_splits(enc, p, split, 1) == key_splits(enc, p, split, 2));
+    REQUIRE(key_splits(enc, p, one, 1) == 1);
+    const Run a = run(enc, p, split), b = run(enc, p, one);
+    std::string first;
+    CHECK(check_rows(el, Sizes{}, p, split, a, {}, first) == 0);
+    CHECK(check_rows(el, Sizes{}, p, one, b, {}, first) == 0);
+    INFO(first);
+    CHECK(max_diff(a.out, b.out) <= 2 * T::attention_out(1e-4L, 32, 10, 1));
+  }
+}
+
+TEST_CASE("attention: keys_encoded equals raw keys for RoPE, also after shift_keys",
+          "[attention]") {
+  for (peal::Layout layout : {peal::Layout::Interleaved, peal::Layout::HalfSplit})
+    for (double partial : {1.0, 0.5}) {
+      const auto cfg = rope_config(32, layout, partial);
+      const auto enc = peal::rope<double>(cfg);
+      const auto el = peal::rope<long double>(cfg);
+      const Index nk = 150;
+      const std::vector<double> tk = irregular(nk, 1000, 2);
+      Problem p = make_problem(5, nk, 4, 2, 32, 32, {}, tk, 6);
+      p.tq.assign(tk.end() - 5, tk.end());
+      AttentionOptions o;
+      o.causal = true, o.key_tile = 32, o.alibi_slopes = peal::alibi_slopes(4);
+      std::vector<float> kenc = p.k;
+      peal::encode_keys(enc, TensorView<float>(kenc.data(), nk, 2, 32), Positions(p.tk));
+      AttentionOptions oe = o;
+      oe.keys_encoded = true;
+      const Run raw = run(enc, p, o), encd = run(enc, p, oe, &kenc);
+      CAPTURE(int(layout), partial);
+      std::string first;
+      CHECK(check_rows(el, Sizes{}, p, o, raw, {}, first) == 0);
+      CHECK(check_rows(el, Sizes{}, p, oe, encd, {}, first, true, &kenc, true) == 0);
+      INFO(first);
+      CHECK(max_diff(raw.out, encd.out) <= 2 * T::attention_out(1e-4L, 32, 5, 1));
+      // shift_keys by delta: the cache now stands for keys at s + delta.
+      const double delta = 37.25;
+      peal::shift_keys(enc, TensorView<float>(kenc.data(), nk, 2, 32), delta);
+      Problem ps = p;
+      for (double& s : ps.tk) s += delta;
+      for (double& t : ps.tq) t += delta;
+      const Run shifted = run(enc, ps, oe, &kenc), raw2 = run(enc, ps, o);
+      CHECK(check_rows(el, Sizes{}, ps, oe, shifted, {}, first, false, &kenc, true) == 0);
+      INFO(first);
+      CHECK(max_diff(raw2.out, shifted.out) <= 2 * T::attention_out(1e-3L, 32, 5, 1));
+    }
+}
+
+TEST_CASE("attention: decaying encodings over 65536 keys at ~1.7e9", "[attention]") {
+  // RetNet (a < 0 per block) and xPos; keys_encoded throws for both (G(s) grows).
+  const Index nk = 65536, d = 64;
+  const std::vector<double> tk = irregular(nk, 1.7e9, 8);
+  const std::vector<Index> rows = {0, 1, 2, 3};
+  Problem p = make_problem(4, nk, 2, 1, d, d, {}, tk, 17);
+  for (Index i = 0; i < 4; ++i) p.tq.push_back(tk[std::size_t(nk - 1 - 7 * i)]);  // late rows
+  p.tq[3] = tk[100];  // an early row: few visible keys
+  AttentionOptions o;
+  o.causal = true;
+  for (int which = 0; which < 2; ++which) {
+    const auto enc = which ? peal::xpos<double>(int(d)) : peal::retnet<double>(int(d), 4)[0];
+    const auto el = peal_test::rotation_bank_as<long double>(enc);
+    const Run r = run(enc, p, o);
+    bool finite = true;
+    for (float x : r.out) finite &= std::isfinite(x);
+    for (double x : r.lse) finite &= std::isfinite(x);
+    CAPTURE(which);
+    CHECK(finite);
+    std::string first;
+    const Index tiles = key_splits(enc, p, o, 1, true);
+    CAPTURE(tiles);
+    CHECK(check_rows(el, sizes_of(el), p, o, r, rows, first, false, nullptr, false, tiles) == 0);
+    INFO(first);
+    AttentionOptions oe = o;
+    oe.keys_encoded = true;
+    CHECK_THROWS_WITH(run(enc, p, oe), Contains("keys_encoded needs a pure rotation"));
+  }
+}
+
+TEST_CASE("attention: rows with no visible key, with and without sinks", "[attention]") {
+  const auto enc = peal::rope<double>(rope_config(16, peal::Layout::Interleaved));
+  const auto el = peal::rope<long double>(rope_config(16, peal::Layout::Interleaved));
+  // Keys at 0, 10, 20, ...; queries between them: with causal and window 3, queries at
+  // 10 k + 5 see nothing, those at 10 k + 1 see one key.
+  std::vector<double> tq;
+  for (int k = 0; k < 8; ++k) tq.push_back(10.0 * k + (k % 2 ? 5 : 1));
+  tq.push_back(-1);  // before every key
+  const Problem p = make_problem(9, 8, 2, 2, 16, 8, tq, range(8, 0, 10), 12);
+  for (bool sinks : {false, true}) {
+    AttentionOptions o;
+    o.causal = true, o.window = 3, o.key_tile = 2;
+    if (sinks) o.sinks = {-0.5, 1.5};
+    const Run r = run(enc, p, o);
+    std::string first;
+    CHECK(check_rows(el, Sizes{}, p, o, r, {}, first) == 0);
+    INFO(first);
+    for (Index h = 0; h < 2; ++h) {
+      CHECK(r.lse[std::size_t(3 * 2 + h)] == (sinks ? o.sinks[std::size_t(h)] : -HUGE_VAL));
+      CHECK(r.out[std::size_t((3 * 2 + h) * 8)] == 0.0f);
+      CHECK(r.lse[std::size_t(8 * 2 + h)] == (sinks ? o.sinks[std::size_t(h)] : -HUGE_VAL));
+      CHECK(std::isfinite(r.lse[std::size_t(0 * 2 + h)]));  // a row that sees its key
+      CHECK(r.out[std::size_t((0 * 2 + h) * 8)] != 0.0f);
+    }
+  }
+}
+
+TEST_CASE("attention: +inf logits share the weight equally", "[attention]") {
+  // A growing RealBlock at a huge distance: e^{tau} overflows, the score is +inf for q k > 0.
+  const peal::RealBlock<double> enc(1.0);
+  const peal::RealBlock<long double> el(1.0L);
+  Problem p = make_problem(2, 4, 1, 1, 1, 3, {2000, 2000}, {0, 1, 1999, 1999.5}, 1);
+  p.q = {1.0f, -1.0f};          // row 1: q k < 0 at the far keys: -inf, the near ones decide
+  p.k = {0.5f, 0.25f, 1.0f, -1.0f};
+  const Run r = run(enc, p, AttentionOptions{});
+  // Row 0: keys 0 and 1 are +inf: out = (v0 + v1) / 2, lse = +inf.
+  for (Index e = 0; e < 3; ++e)
+    CHECK(r.out[std::size_t(e)] == Approx((p.v[std::size_t(e)] + p.v[std::size_t(3 + e)]) / 2)
+                                         .epsilon(double(4 * T::eps)));
+  CHECK(r.lse[0] == HUGE_VAL);
+  CHECK(std::isfinite(r.lse[1]));
+  std::string first;
+  CHECK(check_rows(el, Sizes{{1.0L}, 1.0L}, p, AttentionOptions{}, r, {1}, first) == 0);
+  INFO(first);
+  // With a softcap the logits stay finite: the cap c for both, weights equal again.
+  AttentionOptions o;
+  o.softcap = 4;
+  const Run c = run(enc, p, o);
+  CHECK(std::isfinite(c.lse[0]));
+  for (Index e = 0; e < 3; ++e) CHECK(std::isfinite(c.out[std::size_t(e)]));
+}
+
+TEST_CASE("attention: empty extents (d = 0, nk = 0, nq = 0, dv = 0)", "[attention]") {
+  {  // d = 0: every score 0, the softmax is uniform: the mean of v
+    const peal::PassThrough<double> enc(0);
+    Problem p = make_problem(2, 3, 1, 1, 0, 2, {5, 6}, {1, 2, 3}, 2);
+    const Run r = run(enc, p, AttentionOptions{});
+    for (Index e = 0; e < 2; ++e) {
+      const float mean = (p.v[std::size_t(e)] + p.v[std::size_t(2 + e)] + p.v[std::size_t(4 + e)]) / 3;
+      CHECK(r.out[std::size_t(e)] == Approx(mean).epsilon(1e-6));
+    }
+    CHECK(r.lse[0] == Approx(std::log(3.0)));
+  }
+  const auto enc = peal::rope<double>(rope_config(8, peal::Layout::Interleaved));
+  {  // nk = 0: out = 0, lse = -inf or the sink
+    Problem p = make_problem(2, 0, 2, 1, 8, 4, {1, 2}, {}, 2);
+    AttentionOptions o;
+    Run r = run(enc, p, o);
+    for (float x : r.out) CHECK(x == 0.0f);
+    for (double x : r.lse) CHECK(x == -HUGE_VAL);
+    o.sinks = {0.25, -3};
+    r = run(enc, p, o);
+    for (float x : r.out) CHECK(x == 0.0f);
+    CHECK(r.lse[0] == 0.25);
+    CHECK(r.lse[1] == -3);
+  }
+  {  // nq = 0: nothing written, no throw
+    Problem p = make_problem(0, 5, 2, 1, 8, 4, {}, range(5, 0), 2);
+    CHECK_NOTHROW(run(enc, p, AttentionOptions{}));
+  }
+  {  // dv = 0: lse only
+    Problem p = make_problem(2, 5, 2, 1, 8, 0, {3, 4}, range(5, 0), 2);
+    const Run r = run(enc, p, AttentionOptions{});
+    CHECK(std::isfinite(r.lse[0]));
+  }
+}
+
+TEST_CASE("attention: results do not depend on the thread count", "[attention]") {
+  // Prefill with 4 key heads: with one thread the query tiles form one block (4 units, fewer
+  // than the split threshold of 8), with two threads two blocks (8 units). The key splits must
+  // not follow: they change the order of the sums.
+  const auto enc = peal::rope<double>(rope_config(64, peal::Layout::HalfSplit));
+  const Index n = 600;
+  const Problem p = make_problem(n, n, 8, 4, 64, 64, range(n, 0), range(n, 0), 31);
+  AttentionOptions o;
+  o.causal = true, o.alibi_slopes = peal::alibi_slopes(8), o.sinks = std::vector<double>(8, 1);
+  o.threads = 1;
+  const Run a = run(enc, p, o);
+  o.threads = 2;
+  const Run b = run(enc, p, o);
+  CHECK(key_splits(enc, p, o, 1) == key_splits(enc, p, o, 2));
+  CHECK(same_bits(a.out, b.out));
+  CHECK(same_bits(a.lse, b.lse));
+  // Decode: key splits, merged in a fixed order.
+  const Problem dp = make_problem(1, 20000, 8, 1, 64, 64, {20000}, range(20000, 0), 32);
+  o.key_tile = 32;
+  o.threads = 1;
+  const Run c = run(enc, dp, o);
+  o.threads = 2;
+  const Run e = run(enc, dp, o);
+  CHECK(key_splits(enc, dp, o, 1) > 1);
+  CHECK(same_bits(c.out, e.out));
+  CHECK(same_bits(c.lse, e.lse));
+}
+
+TEST_CASE("attention: bad input throws with a message", "[attention][errors]") {
+  const auto enc = peal::rope<double>(rope_config(8, peal::Layout::Interleaved));
+  const Index nq = 3, nk = 4, Hq = 4, Hk = 2, d = 8, dv = 5;
+  std::vector<float> q(nq * Hq * d, 0.5f), k(nk * Hk * d, 0.5f), v(nk * Hk * dv, 0.5f),
+      out(nq * Hq * dv), big(4096);
+  std::vector<double> tq = {1, 2, 3}, tk = {0, 1, 2, 3}, lse(nq * Hq);
+  const TensorView<const float> Q(q.data(), nq, Hq, d), K(k.data(), nk, Hk, d),
+      V(v.data(), nk, Hk, dv);
+  const TensorView<float> O(out.data(), nq, Hq, dv);
+  auto call = [&](const AttentionOptions& o) {
+    peal::attention(enc, Q, Positions(tq), K, Positions(tk), V, O, o);
+  };
+  CHECK_NOTHROW(call({}));
+  const std::vector<float> q7(nq * Hq * 7);
+  CHECK_THROWS_WITH(peal::attention(enc, TensorView<const float>(q7.data(), nq, Hq, 7),
+                                    Positions(tq), K, Positions(tk), V, O),
+                    Contains("must have dim 8"));
+  CHECK_THROWS_AS(peal::attention(enc, TensorView<const float>(q7.data(), nq, Hq, 7),
+                                  Positions(tq), K, Positions(tk), V, O),
+                  peal::invalid_argument);
+  CHECK_THROWS_WITH(peal::attention(enc, TensorView<const float>(q.data(), nq, 3, d),
+                                    Positions(tq), K, Positions(tk), V,
+                                    TensorView<float>(out.data(), nq, 3, dv)),
+                    Contains("must be a multiple of the number of key heads (2)"));
+  CHECK_THROWS_WITH(peal::attention(enc, Q, Positions(tq), K, Positions(tk),
+                                    TensorView<const float>(v.data(), 3, Hk, dv), O),
+                    Contains("must have the keys' tokens and heads"));
+  CHECK_THROWS_WITH(peal::attention(enc, Q, Positions(tq), K, Positions(tk),
+                                    TensorView<const float>(v.data(), nk, 1, dv), O),
+                    Contains("must have the keys' tokens and heads"));
+  CHECK_THROWS_WITH(peal::attention(enc, Q, Positions(tq), K, Positions(tk), V,
+                                    TensorView<float>(out.data(), nq, Hq, dv - 1)),
+                    Contains("expected [nq, Hq, dv]"));
+  {  // overlaps: out on q, k, v; lse on out
+    std::vector<float> all(8192, 0.5f);
+    const TensorView<const float> Qa(all.data(), nq, Hq, d), Ka(all.data() + 1000, nk, Hk, d),
+        Va(all.data() + 2000, nk, Hk, dv);
+    auto over = [&](float* o, const AttentionOptions& opt) {
+      peal::attention(enc, Qa, Positions(tq), Ka, Positions(tk), Va,
+                      TensorView<float>(o, nq, Hq, dv), opt);
+    };
+    CHECK_NOTHROW(over(all.data() + 4000, {}));
+    CHECK_THROWS_WITH(over(all.data() + 10, {}), Contains("out overlaps q"));
+    CHECK_THROWS_WITH(over(all.data() + 1010, {}), Contains("out overlaps k"));
+    CHECK_THROWS_WITH(over(all.data() + 2010, {}), Contains("out overlaps v"));
+    AttentionOptions o;
+    o.lse = reinterpret_cast<double*>(all.data() + 4000);
+    CHECK_THROWS_WITH(over(all.data() + 4000, o), Contains("lse overlaps"));
+    o.lse = reinterpret_cast<double*>(all.data() + 2);
+    CHECK_THROWS_WITH(over(all.data() + 4000, o), Contains("lse overlaps"));
+  }
+  {  // positions
+    std::vector<double> t2 = {1, 2}, tn = {1, std::nan(""), 3}, ti = {1, HUGE_VAL, 3};
+    CHECK_THROWS_WITH(peal::attention(enc, Q, Positions(t2), K, Positions(tk), V, O),
+                      Contains("attention (query positions)"));
+    CHECK_THROWS_WITH(peal::attention(enc, Q, Positions(tq), K, Positions(t2), V, O),
+                      Contains("attention (key positions)"));
+    CHECK_THROWS_AS(peal::attention(enc, Q, Positions(tn), K, Positions(tk), V, O),
+                    peal::invalid_argument);
+    CHECK_THROWS_AS(peal::attention(enc, Q, Positions(ti), K, Positions(tk), V, O),
+                    peal::invalid_argument);
+    std::vector<double> far = {1.5e308, 1, 2}, neg = {-1.5e308, 0, 1, 2};
+    CHECK_THROWS_WITH(peal::attention(enc, Q, Positions(far), K, Positions(neg), V, O),
+                      Contains("differences of positions overflow"));
+  }
+  auto with = [&](auto set) {
+    AttentionOptions o;
+    set(o);
+    return o;
+  };
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.scale = HUGE_VAL; })),
+                    Contains("scale must be finite"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.scale = std::nan(""); })),
+                    Contains("scale must be finite"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.window = 0; })),
+                    Contains("window must be > 0"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.window = -1; })),
+                    Contains("window must be > 0"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.window = std::nan(""); })),
+                    Contains("window must be > 0"));
+  CHECK_NOTHROW(call(with([](AttentionOptions& o) { o.window = 1e-300; })));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.softcap = -1; })),
+                    Contains("softcap must be finite and >= 0"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.softcap = std::nan(""); })),
+                    Contains("softcap must be finite and >= 0"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.softcap = HUGE_VAL; })),
+                    Contains("softcap must be finite and >= 0"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.alibi_slopes = {1, 2, 3}; })),
+                    Contains("3 ALiBi slopes for 4 query heads"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.alibi_slopes = {1, 2, HUGE_VAL, 3}; })),
+                    Contains("ALiBi slopes"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.sinks = {1, 2, 3, 4, 5}; })),
+                    Contains("5 sink logits for 4 query heads"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.sinks = {1, std::nan(""), 3, 4}; })),
+                    Contains("sink logits"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.threads = -1; })),
+                    Contains("threads must be >= 0"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.query_tile = -1; })),
+                    Contains("tile sizes must be >= 0"));
+  CHECK_THROWS_WITH(call(with([](AttentionOptions& o) { o.key_tile = -2; })),
+                    Contains("tile sizes must be >= 0"));
+  // keys_encoded: pure rotations only.
+  CHECK_NOTHROW(call(with([](AttentionOptions& o) { o.keys_encoded = true; })));
+  CHECK_NOTHROW(peal::attention(peal::PassThrough<double>(8), Q, Positions(tq), K, Positions(tk),
+                                V, O, with([](AttentionOptions& o) { o.keys_encoded = true; })));
+  const auto decay = peal::compose(peal::Bank<peal::RotationBlock<double>>(
+                                       {peal::RotationBlock<double>(0.5, -0.01)}, peal::Layout::Interleaved),
+                                   peal::PassThrough<double>(6));
+  CHECK_THROWS_WITH(peal::attention(decay, Q, Positions(tq), K, Positions(tk), V, O,
+                                    with([](AttentionOptions& o) { o.keys_encoded = true; })),
+                    Contains("keys_encoded needs a pure rotation"));
+  const auto jordan = peal::compose(peal::JordanBlock<2, double>(0.0), peal::PassThrough<double>(6));
+  CHECK_THROWS_WITH(peal::attention(jordan, Q, Positions(tq), K, Positions(tk), V, O,
+                                    with([](AttentionOptions& o) { o.keys_encoded = true; })),
+                    Contains("keys_encoded needs a pure rotation"));
+  CHECK_NOTHROW(peal::attention(decay, Q, Positions(tq), K, Positions(tk), V, O));
+  (void)big;
+}
