@@ -324,3 +324,69 @@ TEST_CASE("block protocol: encode_queries and encode_keys of a user block match 
     }
   }
 }
+
+TEST_CASE("block protocol: attention of a user block matches softmax of the reference", "[protocol]") {
+  // The same block, through peal::attention (the tile driver's attention sink): softmax of
+  // the long double twin's scores times V, causal, at irregular positions, grouped heads.
+  std::mt19937 rng(11);
+  const peal::Bank<Toy> bank(toy_blocks(4), peal::Layout::Interleaved);
+  const peal::Bank<ToyL> bank_ld(toy_blocks_ld(4), peal::Layout::Interleaved);
+  const auto mix = peal::compose(bank, peal::PassThrough<double>(2));
+  const auto mix_ld = peal::compose(bank_ld, peal::PassThrough<long double>(2));
+  const Index n = 70, Hq = 4, Hk = 2, G = Hq / Hk, d = Index(mix.dim()), dv = 5;
+  const std::vector<double> t = irregular(n, 3.0, rng);
+  std::normal_distribution<double> N(0.0, 1.0);
+  std::vector<float> q(std::size_t(n * Hq * d)), k(std::size_t(n * Hk * d)), v(std::size_t(n * Hk * dv));
+  for (auto* b : {&q, &k, &v})
+    for (auto& x : *b) x = float(N(rng));
+  std::vector<float> out(std::size_t(n * Hq * dv));
+  peal::AttentionOptions opt;
+  opt.causal = true;
+  opt.query_tile = 16;
+  opt.key_tile = 32;
+  peal::attention(mix, peal::make_view<const float>(q.data(), n, Hq, d), Positions(t),
+                  peal::make_view<const float>(k.data(), n, Hk, d), Positions(t),
+                  peal::make_view<const float>(v.data(), n, Hk, dv),
+                  peal::make_view(out.data(), n, Hq, dv), opt);
+  using T = Tol<float>;
+  const long double scale = 1.0L / std::sqrt((long double)d);
+  Index bad = 0;
+  peal::Vector<long double> qv(d), kv(d);
+  for (Index h = 0; h < Hq; ++h)
+    for (Index i = 0; i < n; ++i) {
+      for (Index e = 0; e < d; ++e) qv(e) = q[std::size_t((i * Hq + h) * d + e)];
+      std::vector<long double> x(std::size_t(n), -INFINITY);
+      long double mx = -INFINITY, delta = 0, L = 0;
+      for (Index j = 0; j < n && t[std::size_t(j)] <= t[std::size_t(i)]; ++j) {
+        for (Index e = 0; e < d; ++e) kv(e) = k[std::size_t((j * Hk + h / G) * d + e)];
+        x[std::size_t(j)] = scale * mix_ld.score(qv, t[std::size_t(i)], kv, t[std::size_t(j)]);
+        mx = std::max(mx, x[std::size_t(j)]);
+        L = std::max(L, std::abs(x[std::size_t(j)]));
+        // |q| ||A|| |k| with ||A(tau)|| <= e^{0.006 |tau|} (the bank's rate)
+        const long double M = qv.norm() * kv.norm() *
+                              std::exp(0.006L * (t[std::size_t(i)] - t[std::size_t(j)]));
+        delta = std::max(delta, scale * T::fused_score(long(d)) * M);
+      }
+      delta += T::attention_exponent(L);
+      long double l = 0;
+      std::vector<long double> o(std::size_t(dv), 0), vmax(std::size_t(dv), 0);
+      for (Index j = 0; j < n; ++j) {
+        if (!(x[std::size_t(j)] > -INFINITY)) continue;
+        const long double p = std::exp(x[std::size_t(j)] - mx);
+        l += p;
+        for (Index e = 0; e < dv; ++e) {
+          const long double ve = v[std::size_t((j * Hk + h / G) * dv + e)];
+          o[std::size_t(e)] += p * ve;
+          vmax[std::size_t(e)] = std::max(vmax[std::size_t(e)], std::abs(ve));
+        }
+      }
+      for (Index e = 0; e < dv; ++e) {
+        const long double want = o[std::size_t(e)] / l;
+        const long double got = out[std::size_t((i * Hq + h) * dv + e)];
+        const long double tol = T::attention_out(delta, 32, 3, vmax[std::size_t(e)]) +
+                                T::stored() * std::abs(want);
+        bad += !(std::abs(got - want) <= tol);
+      }
+    }
+  CHECK(bad == 0);
+}
