@@ -80,6 +80,7 @@ struct ScoresOut {
   using value_type = Out;
   static constexpr bool in_place = false;
   static constexpr bool splits_keys = false;
+  static constexpr bool applies_masks = false;
   struct Work {
     template <class Run>
     void carve(Arena&, const Run&) {}

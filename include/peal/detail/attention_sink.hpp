@@ -54,6 +54,7 @@ class AttentionSink {
   using value_type = C;
   static constexpr bool in_place = true;
   static constexpr bool splits_keys = true;
+  static constexpr bool applies_masks = true;
 
   AttentionSink(const TensorView<Tv>& v, const TensorView<To>& out, double* lse,
                 const SoftmaxOptions& opt)

@@ -8,8 +8,8 @@
 //   ScoresOut<Out> (scores.hpp)     writes the tile into scores' out [Hq, nq, nk];
 //   AttentionSink (detail/attention_sink.hpp)  folds it into an online softmax times V.
 //
-// A Sink has: value_type (what the epilogue writes), in_place and splits_keys (constexpr
-// bools), window(), direct_row_major<C>(nk), direct_col_major<C>(), direct<C>(h, i0, j0, rm,
+// A Sink has: value_type (what the epilogue writes), in_place, splits_keys and applies_masks
+// (constexpr bools; the last: the sink masks partial tiles itself, the epilogue does not), window(), direct_row_major<C>(nk), direct_col_major<C>(), direct<C>(h, i0, j0, rm,
 // ldr) (a tile written by the GEMM straight into the sink's memory), row(work, tile, h, i0,
 // i, j0, n, st) (where the epilogue writes a row), masked(run, work, h, I, J) (a tile with
 // every pair masked), key_block(run, work, J) (once per key tile before its heads, when a
@@ -847,10 +847,12 @@ class TileRun {
             bk = ws.kdecay.data();
             ldb = d;
           }
+          // A sink that masks by itself (attention: after its softcap) needs no −inf here.
+          const int emask = Sink::applies_masks ? 0 : mask;
           if (!grouped_)
-            product(ws, h, I, J, a, lda, bk, ldb, C(alpha), mask);
-          else if (mask != 0)
-            epilogue(ws, h, I, J, tile_of(ws, h, I, J), nkj, mask, false);
+            product(ws, h, I, J, a, lda, bk, ldb, C(alpha), emask);
+          else if (emask != 0)
+            epilogue(ws, h, I, J, tile_of(ws, h, I, J), nkj, emask, false);
           if (const int r = risky(qcoef, alpha)) fix_tile(ws, h, I, J, r == 2);
           sink_->tile_done(*this, ws.sink, tile_of(ws, h, I, J), h, I, J);
         }
