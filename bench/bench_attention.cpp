@@ -14,9 +14,10 @@
 //       cache of 32768 keys: raw keys at positions 0..nk-1 rebased inside (raw) or keys
 //       stored as G(s) k (encoded, AttentionOptions::keys_encoded); query at t = nk.
 //       decode/<mode>_headmajor: the same cache laid out [Hk, nk, d] (a strided view): one
-//       head's keys contiguous. Contenders: peal::attention; std::memcpy of a buffer of the K + V size into another
-//       (the same threads, each a contiguous share); a read-only sum over a buffer of that
-//       size. GBps = bytes of K and V (decimal GB) / median time, for every contender.
+//       head's keys contiguous. Contenders: peal::attention; std::memcpy of a buffer of the K + V
+//       size into another (the same threads, each a contiguous share); a read-only sum over a
+//       buffer of that size. GBps = bytes of K and V (decimal GB) / median time, for every
+//       contender.
 //   scores1h/<enc>/<n>/<threads>   peal::scores on ONE head (bench_scores.cpp has 4 heads
 //       only): RoPE, ALiBi (ScoreOptions::alibi_slopes), RoPE + scalar decay
 //       (ScoreOptions::decay); against the plain GEMM Q K^T and the unfused pipeline
@@ -241,7 +242,8 @@ void BM_prefill(benchmark::State& state, bool causal) {
   unfused();
   const double diff = max_abs_diff(D.out, D.out_unfused);
   const double flops = 4.0 * double(n) * double(n) * double(d) * double(H) * (causal ? 0.5 : 1.0);
-  paired_run(state, {{"", threads, fused}, {"unfused", threads, unfused}, {"gemms", threads, gemms}},
+  paired_run(state,
+             {{"", threads, fused}, {"unfused", threads, unfused}, {"gemms", threads, gemms}},
              flops * 1e-9, "GFLOPS");
   state.counters["max_diff"] = diff;
 }
@@ -271,8 +273,8 @@ constexpr Index kDecodeKeys = 32768, kDecodeQHeads = 32, kDecodeKvHeads = 8;
 
 struct DecodeData {
   std::vector<float> q, k, k_enc, v, out, out_enc;  // q, out [1, 32, d]; k, v [nk, 8, d]
-  std::vector<float> k_enc_hm;                     // k_enc for the head-major layout
-  std::vector<float> src, dst;                     // the memcpy baseline: K + V bytes each
+  std::vector<float> k_enc_hm;                      // k_enc for the head-major layout
+  std::vector<float> src, dst;                      // the memcpy baseline: K + V bytes each
 };
 
 /// A [nk, Hk, d] view of a cache: token-major (dense) or head-major ([Hk, nk, d] in memory).
@@ -299,7 +301,8 @@ DecodeData& decode_data() {
     p->k_enc = p->k;
     p->k_enc_hm = p->k;
     peal::encode_keys(rope_preset(), decode_view(p->k_enc.data(), false), Positions::sequence(0.0));
-    peal::encode_keys(rope_preset(), decode_view(p->k_enc_hm.data(), true), Positions::sequence(0.0));
+    peal::encode_keys(rope_preset(), decode_view(p->k_enc_hm.data(), true),
+                      Positions::sequence(0.0));
   }
   return *p;
 }
@@ -499,8 +502,7 @@ void BM_fma_peak(benchmark::State& state) {
     b->MinTime(0.5);
     for (Index n : {512, 2048}) b->Args({n, 1});
   };
-  one_head("rope",
-           [](benchmark::State& s) { scores_one_head(s, rope_preset(), ScoreKind::rope); });
+  one_head("rope", [](benchmark::State& s) { scores_one_head(s, rope_preset(), ScoreKind::rope); });
   one_head("alibi", [](benchmark::State& s) {
     scores_one_head(s, peal::PassThrough<double>(int(kDim)), ScoreKind::alibi);
   });
