@@ -24,22 +24,40 @@ def table(title, header, rows):
         print("| " + " | ".join(r) + " |")
 
 
-f1, f2 = (lambda x: f"{x:.1f}"), (lambda x: f"{x:.2f}")
-table("prefill (GFLOP/s = useful FLOPs / median time)",
+def f1(x):
+    return "" if x is None else f"{x:.1f}"
+
+
+def f2(x):
+    return "" if x is None else f"{x:.2f}"
+
+
+def both(b, name, unit):
+    """median rate (fastest run's rate)"""
+    pre = "" if name == "" else name + "_"
+    if pre + unit not in b:
+        return ""
+    return f"{b[pre + unit]:.1f} ({b.get(pre + 'best_' + unit, float('nan')):.1f})"
+
+
+G, B = "GFLOPS", "GBps"
+table("prefill: useful GFLOP/s, median (fastest run); vs_x = median of t_x / t_peal",
       ["case", "n", "threads", "peal", "unfused", "2 GEMMs", "vs_unfused", "vs_gemms"],
-      [[a[0], a[1], a[2], f1(b["GFLOPS"]), f1(b["unfused_GFLOPS"]), f1(b["gemms_GFLOPS"]),
+      [[a[0], a[1], a[2], both(b, "", G), both(b, "unfused", G), both(b, "gemms", G),
         f2(b["vs_unfused"]), f2(b["vs_gemms"])] for a, b in groups["prefill"]])
 table("prefill, 2 threads vs 1 (speed-up: median of t_1thread / t_2threads)",
       ["case", "n", "2 threads GFLOP/s", "1 thread GFLOP/s", "speed-up"],
-      [[a[0], a[1], f1(b["GFLOPS"]), f1(b["1thread_GFLOPS"]), f2(b["vs_1thread"])]
+      [[a[0], a[1], both(b, "", G), both(b, "1thread", G), f2(b["vs_1thread"])]
        for a, b in groups["threads"]])
-table("decode (GB/s = bytes of K and V / median time)",
-      ["mode", "threads", "peal", "memcpy", "read", "vs_memcpy", "vs_read"],
-      [[a[0], a[1], f1(b["GBps"]), f1(b["memcpy_GBps"]), f1(b["read_GBps"]),
-        f2(b["vs_memcpy"]), f2(b["vs_read"])] for a, b in groups["decode"]])
-table("fused scores, one head (GFLOP/s = 2 n^2 d / median time)",
+table("decode: GB/s of K + V, median (fastest run); vs_memcpy = peal's fraction of memcpy",
+      ["mode", "threads", "peal", "memcpy", "read", "plain loop", "vs_memcpy", "vs_read",
+       "vs_loop"],
+      [[a[0], a[1], both(b, "", B), both(b, "memcpy", B), both(b, "read", B),
+        both(b, "loop", B), f2(b["vs_memcpy"]), f2(b["vs_read"]), f2(b.get("vs_loop"))]
+       for a, b in groups["decode"]])
+table("fused scores, one head: GFLOP/s (2 n^2 d), median (fastest run)",
       ["encoding", "n", "threads", "peal", "GEMM", "unfused", "vs_gemm", "vs_unfused"],
-      [[a[0], a[1], a[2], f1(b["GFLOPS"]), f1(b["gemm_GFLOPS"]), f1(b["unfused_GFLOPS"]),
+      [[a[0], a[1], a[2], both(b, "", G), both(b, "gemm", G), both(b, "unfused", G),
         f2(b["vs_gemm"]), f2(b["vs_unfused"])] for a, b in groups["scores1h"]])
 table("FMA ceiling", ["threads", "GFLOP/s"],
       [[a[1], f1(b["GFLOPS"])] for a, b in groups["peak"]])
