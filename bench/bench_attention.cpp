@@ -1,0 +1,609 @@
+// Benchmarks of peal::attention (include/peal/attention.hpp), the fused online-softmax
+// attention on the tile driver shared with peal::scores, against the baselines that matter
+// (results and the commands: bench/README.md, "Attention"). f32, d = dv = 128.
+//
+//   prefill/<enc>/<n>/<threads>    4 heads (Hq = Hk = 4), RoPE (peal::rope preset, half-
+//       split), positions 0..n-1, non-causal (rope) or causal (rope_causal). Contenders, run
+//       back to back in each iteration: peal::attention; the unfused pipeline (peal::scores
+//       into an [H, n, n] buffer, a row softmax, then Eigen's GEMM P_h V_h per head); the
+//       two plain Eigen GEMMs Q_h K_h^T and P_h V_h of the same shapes (no encoding, no
+//       softmax: the speed of light). GFLOPS = useful FLOPs / median time, useful FLOPs =
+//       4 n^2 d H (non-causal) or half of it (causal), for every contender alike.
+//   threads/<enc>/<n>              peal::attention with threads = 2 against threads = 1.
+//   decode/<mode>/<threads>        one query, 32 query heads over 8 KV heads (GQA), a
+//       cache of 32768 keys: raw keys at positions 0..nk-1 rebased inside (raw) or keys
+//       stored as G(s) k (encoded, AttentionOptions::keys_encoded); query at t = nk.
+//       decode/<mode>_headmajor: the same cache laid out [Hk, nk, d] (a strided view): one
+//       head's keys contiguous. Contenders: peal::attention; std::memcpy of a buffer of the K + V
+//       size into another (the same threads, each a contiguous share); a read-only sum over a
+//       buffer of that size. GBps = bytes of K and V (decimal GB) / median time, for every
+//       contender.
+//   scores1h/<enc>/<n>/<threads>   peal::scores on ONE head (bench_scores.cpp has 4 heads
+//       only): RoPE, ALiBi (ScoreOptions::alibi_slopes), RoPE + scalar decay
+//       (ScoreOptions::decay); against the plain GEMM Q K^T and the unfused pipeline
+//       (encode_queries/encode_keys out of place, the same GEMM, then the bias / decay).
+//   peak/fma/<threads>             independent AVX-512 (else AVX2) FMAs: the FLOP ceiling.
+//
+// Pairing (as paired/... in bench_scores.cpp): on this shared, noisy VM each iteration runs
+// every contender once, rotating which goes first, and vs_<name> is the MEDIAN of the
+// per-iteration ratios t_<name> / t_peal (> 1: peal is faster). The reported time is
+// peal's (manual time). max_diff: max |peal − unfused| (or raw − encoded) once, a check
+// that the contenders compute the same thing.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <peal/alibi.hpp>
+#include <peal/attention.hpp>
+#include <peal/encode.hpp>
+#include <peal/peal.hpp>
+#include <peal/retnet.hpp>
+#include <peal/rope.hpp>
+#include <peal/scores.hpp>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+
+using peal::AttentionOptions;
+using peal::Index;
+using peal::Positions;
+using peal::ScoreOptions;
+using peal::TensorView;
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+using clock_type = std::chrono::steady_clock;
+
+constexpr Index kDim = 128;
+
+#if defined(EIGEN_USE_BLAS) && (defined(__GNUC__) || defined(__clang__))
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+void set_blas_threads(int t) {
+  if (openblas_set_num_threads) openblas_set_num_threads(t);
+}
+#else
+void set_blas_threads(int) {}
+#endif
+
+void set_threads(int t) {
+#ifdef _OPENMP
+  omp_set_num_threads(t);
+#endif
+  Eigen::setNbThreads(t);
+  set_blas_threads(t);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.empty() ? 0.0 : v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> N;
+  std::vector<float> x(n);
+  for (auto& e : x) e = N(rng);
+  return x;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
+  return m;
+}
+
+/// The RoPE preset of a Llama-style config (theta 10^4, half-split, head_dim 128).
+peal::RopeEncoding<double> rope_preset() {
+  peal::RopeConfig c;
+  c.head_dim = int(kDim);
+  c.rope_theta = 10000.0;
+  c.layout = peal::Layout::HalfSplit;
+  return peal::rope<double>(c);
+}
+
+// ---- The paired harness -------------------------------------------------------------------
+
+struct Contender {
+  std::string name;  // counter prefix ("" for peal, the first contender)
+  int threads;       // set before its clock starts (OpenMP, Eigen)
+  std::function<void()> run;
+};
+
+/// Every iteration runs each contender once (rotating the first), the clock around each run.
+/// Counters: <unit> (peal's rate from its median time, `work` units per run), <name>_<unit>
+/// for the others, best_<unit> and <name>_best_<unit> from the fastest run, vs_<name> =
+/// median of t_name / t_peal. Manual time: peal's.
+void paired_run(benchmark::State& state, const std::vector<Contender>& cs, double work,
+                const std::string& unit) {
+  const std::size_t C = cs.size();
+  std::vector<std::vector<double>> times(C), ratios(C);
+  std::vector<double> t(C);
+  std::size_t first = 0;
+  for (auto _ : state) {
+    for (std::size_t r = 0; r < C; ++r) {
+      const std::size_t c = (first + r) % C;
+      set_threads(cs[c].threads);
+      const auto t0 = clock_type::now();
+      cs[c].run();
+      benchmark::ClobberMemory();
+      t[c] = std::chrono::duration<double>(clock_type::now() - t0).count();
+    }
+    first = (first + 1) % C;
+    for (std::size_t c = 0; c < C; ++c) {
+      times[c].push_back(t[c]);
+      ratios[c].push_back(t[c] / t[0]);
+    }
+    state.SetIterationTime(t[0]);
+  }
+  for (std::size_t c = 0; c < C; ++c) {
+    const std::string pre = c == 0 ? "" : cs[c].name + "_";
+    state.counters[pre + unit] = work / median(times[c]);
+    // The fastest run: on a machine shared with other jobs, the closest to an idle core.
+    state.counters[pre + "best_" + unit] =
+        work / *std::min_element(times[c].begin(), times[c].end());
+    if (c > 0) state.counters["vs_" + cs[c].name] = median(ratios[c]);
+  }
+}
+
+// ---- Prefill ------------------------------------------------------------------------------
+
+constexpr Index kPrefillHeads = 4;
+
+struct PrefillData {
+  Index n;
+  std::vector<float> q, k, v, out, out_unfused, p;  // [n, H, d] and p [H, n, n]
+};
+
+PrefillData& prefill_data(Index n) {
+  static std::map<Index, std::unique_ptr<PrefillData>> cache;
+  auto& p = cache[n];
+  if (!p) {
+    const std::size_t sz = std::size_t(n * kPrefillHeads * kDim);
+    p.reset(new PrefillData{n, random_floats(sz, 1), random_floats(sz, 2), random_floats(sz, 3),
+                            std::vector<float>(sz), std::vector<float>(sz),
+                            std::vector<float>(std::size_t(kPrefillHeads * n * n))});
+  }
+  return *p;
+}
+
+/// Row softmax of rows x n values in place (−inf entries give 0), OpenMP over rows.
+void softmax_rows(float* p, Index rows, Index n) {
+#pragma omp parallel for schedule(static)
+  for (Index r = 0; r < rows; ++r) {
+    Eigen::Map<Eigen::ArrayXf> x(p + r * n, n);
+    const float m = x.maxCoeff();
+    x = (x - m).exp();
+    x *= 1.0f / x.sum();
+  }
+}
+
+/// O_h = P_h V_h for every head: P [H, n, n], V and O [n, H, dv] (Eigen, its own threads).
+void pv_heads(const float* p, const float* v, float* o, Index n, Index H, Index dv) {
+  for (Index h = 0; h < H; ++h) {
+    Eigen::Map<const RowMat> P(p + h * n * n, n, n);
+    ConstStridedMap V(v + h * dv, n, dv, Eigen::OuterStride<>(H * dv));
+    StridedMap O(o + h * dv, n, dv, Eigen::OuterStride<>(H * dv));
+    O.noalias() = P * V;
+  }
+}
+
+/// S_h = Q_h K_h^T for every head into p [H, nq, nk].
+void qk_heads(const float* q, const float* k, float* p, Index nq, Index nk, Index H, Index d) {
+  for (Index h = 0; h < H; ++h) {
+    ConstStridedMap Q(q + h * d, nq, d, Eigen::OuterStride<>(H * d));
+    ConstStridedMap K(k + h * d, nk, d, Eigen::OuterStride<>(H * d));
+    Eigen::Map<RowMat> S(p + h * nq * nk, nq, nk);
+    S.noalias() = Q * K.transpose();
+  }
+}
+
+void BM_prefill(benchmark::State& state, bool causal) {
+  const Index n = state.range(0), H = kPrefillHeads, d = kDim;
+  const int threads = int(state.range(1));
+  PrefillData& D = prefill_data(n);
+  const auto enc = rope_preset();
+  const auto pos = Positions::sequence(0.0);
+  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
+      v(D.v.data(), n, H, d);
+  AttentionOptions ao;
+  ao.causal = causal;
+  ao.threads = threads;
+  ScoreOptions so;
+  so.causal = causal;
+  so.scale = 1.0 / std::sqrt(double(d));
+  so.threads = threads;
+  auto fused = [&] {
+    peal::attention(enc, q, pos, k, pos, v, TensorView<float>(D.out.data(), n, H, d), ao);
+  };
+  auto unfused = [&] {
+    peal::scores(enc, q, pos, k, pos, TensorView<float>(D.p.data(), H, n, n), so);
+    softmax_rows(D.p.data(), H * n, n);
+    pv_heads(D.p.data(), D.v.data(), D.out_unfused.data(), n, H, d);
+  };
+  auto gemms = [&] {
+    qk_heads(D.q.data(), D.k.data(), D.p.data(), n, n, H, d);
+    pv_heads(D.p.data(), D.v.data(), D.out_unfused.data(), n, H, d);
+  };
+  set_threads(threads);
+  fused();
+  unfused();
+  const double diff = max_abs_diff(D.out, D.out_unfused);
+  const double flops = 4.0 * double(n) * double(n) * double(d) * double(H) * (causal ? 0.5 : 1.0);
+  paired_run(state,
+             {{"", threads, fused}, {"unfused", threads, unfused}, {"gemms", threads, gemms}},
+             flops * 1e-9, "GFLOPS");
+  state.counters["max_diff"] = diff;
+}
+
+void BM_prefill_threads(benchmark::State& state, bool causal) {
+  const Index n = state.range(0), H = kPrefillHeads, d = kDim;
+  PrefillData& D = prefill_data(n);
+  const auto enc = rope_preset();
+  const auto pos = Positions::sequence(0.0);
+  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
+      v(D.v.data(), n, H, d);
+  auto with = [&](int t) {
+    return [&, t] {
+      AttentionOptions ao;
+      ao.causal = causal;
+      ao.threads = t;
+      peal::attention(enc, q, pos, k, pos, v, TensorView<float>(D.out.data(), n, H, d), ao);
+    };
+  };
+  const double flops = 4.0 * double(n) * double(n) * double(d) * double(H) * (causal ? 0.5 : 1.0);
+  paired_run(state, {{"", 2, with(2)}, {"1thread", 1, with(1)}}, flops * 1e-9, "GFLOPS");
+}
+
+// ---- Decode -------------------------------------------------------------------------------
+
+constexpr Index kDecodeKeys = 32768, kDecodeQHeads = 32, kDecodeKvHeads = 8;
+
+struct DecodeData {
+  std::vector<float> q, k, k_enc, v, out, out_enc;  // q, out [1, 32, d]; k, v [nk, 8, d]
+  std::vector<float> k_enc_hm;                      // k_enc for the head-major layout
+  std::vector<float> src, dst;                      // the memcpy baseline: K + V bytes each
+};
+
+/// A [nk, Hk, d] view of a cache: token-major (dense) or head-major ([Hk, nk, d] in memory).
+template <class T>
+TensorView<T> decode_view(T* p, bool head_major) {
+  const Index nk = kDecodeKeys, Hk = kDecodeKvHeads, d = kDim;
+  return head_major ? TensorView<T>(p, nk, Hk, d, peal::Strides{d, nk * d, 1})
+                    : TensorView<T>(p, nk, Hk, d);
+}
+
+DecodeData& decode_data() {
+  static std::unique_ptr<DecodeData> p;
+  if (!p) {
+    const std::size_t kv = std::size_t(kDecodeKeys * kDecodeKvHeads * kDim);
+    p.reset(new DecodeData{random_floats(std::size_t(kDecodeQHeads * kDim), 4),
+                           random_floats(kv, 5),
+                           {},
+                           random_floats(kv, 6),
+                           std::vector<float>(std::size_t(kDecodeQHeads * kDim)),
+                           std::vector<float>(std::size_t(kDecodeQHeads * kDim)),
+                           {},
+                           std::vector<float>(2 * kv, 1.0f),
+                           std::vector<float>(2 * kv)});
+    p->k_enc = p->k;
+    p->k_enc_hm = p->k;
+    peal::encode_keys(rope_preset(), decode_view(p->k_enc.data(), false), Positions::sequence(0.0));
+    peal::encode_keys(rope_preset(), decode_view(p->k_enc_hm.data(), true),
+                      Positions::sequence(0.0));
+  }
+  return *p;
+}
+
+/// memcpy of `bytes` with `threads` threads, each one contiguous share.
+void copy_bytes(const char* src, char* dst, std::size_t bytes, int threads) {
+#pragma omp parallel num_threads(threads)
+  {
+    int tid = 0, nt = 1;
+#ifdef _OPENMP
+    tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#endif
+    const std::size_t b0 = bytes * std::size_t(tid) / std::size_t(nt);
+    const std::size_t b1 = bytes * std::size_t(tid + 1) / std::size_t(nt);
+    std::memcpy(dst + b0, src + b0, b1 - b0);
+  }
+}
+
+/// Sum of n floats with `threads` threads (Eigen's vectorized reduction per share).
+float read_floats(const float* x, Index n, int threads) {
+  float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    int tid = 0, nt = 1;
+#ifdef _OPENMP
+    tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#endif
+    const Index i0 = n * tid / nt, i1 = n * (tid + 1) / nt;
+    total += Eigen::Map<const Eigen::ArrayXf>(x + i0, i1 - i0).sum();
+  }
+  return total;
+}
+
+/// A plain decode loop over an encoded cache, no GEMM and no copies (the comparison point
+/// for a streaming decode path): queries qe [Hq, d] already encoded (F(t) q); each thread
+/// takes a contiguous range of tokens and every KV head of each token (adjacent rows in a
+/// token-major cache); per block of kBlock tokens the logits of all query heads, each
+/// head's running maximum, the vectorized exps, then O += p v; ranges merged by log-sum-exp.
+void decode_loop(const float* qe, const TensorView<const float>& k,
+                 const TensorView<const float>& v, float* out, int threads) {
+  constexpr Index kBlock = 32, Hq = kDecodeQHeads, d = kDim;
+  using Vec = Eigen::Matrix<float, kDim, 1>;
+  const Index nk = k.tokens(), Hk = k.heads(), G = Hq / Hk;
+  const float scale = 1.0f / std::sqrt(float(d));
+  std::vector<float> O(std::size_t(threads * Hq * d), 0.0f);
+  std::vector<float> M(std::size_t(threads * Hq), -std::numeric_limits<float>::infinity());
+  std::vector<float> L(std::size_t(threads * Hq), 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    int tid = 0, nt = 1;
+#ifdef _OPENMP
+    tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#endif
+    const Index j0 = nk * tid / nt, j1 = nk * (tid + 1) / nt;
+    float* o = O.data() + tid * Hq * d;
+    float* m = M.data() + tid * Hq;
+    float* l = L.data() + tid * Hq;
+    alignas(64) float x[Hq * kBlock];  // logits [h][b]
+    for (Index jb = j0; jb < j1; jb += kBlock) {
+      const Index nb = std::min(kBlock, j1 - jb);
+      for (Index b = 0; b < nb; ++b)
+        for (Index kh = 0; kh < Hk; ++kh) {
+          const Eigen::Map<const Vec> kv(k.vector(jb + b, kh));
+          for (Index g = 0; g < G; ++g) {
+            const Index h = kh * G + g;
+            x[h * kBlock + b] = scale * Eigen::Map<const Vec>(qe + h * d).dot(kv);
+          }
+        }
+      for (Index h = 0; h < Hq; ++h) {
+        Eigen::Map<Eigen::ArrayXf> xh(x + h * kBlock, nb);
+        const float mnew = std::max(m[h], xh.maxCoeff());
+        if (mnew > m[h]) {
+          const float c = std::exp(m[h] - mnew);
+          l[h] *= c;
+          Eigen::Map<Vec>(o + h * d) *= c;
+          m[h] = mnew;
+        }
+        xh = (xh - mnew).exp();
+        l[h] += xh.sum();
+      }
+      for (Index b = 0; b < nb; ++b)
+        for (Index kh = 0; kh < Hk; ++kh) {
+          const Eigen::Map<const Vec> vv(v.vector(jb + b, kh));
+          for (Index g = 0; g < G; ++g) {
+            const Index h = kh * G + g;
+            Eigen::Map<Vec>(o + h * d) += x[h * kBlock + b] * vv;
+          }
+        }
+    }
+  }
+  for (Index h = 0; h < Hq; ++h) {
+    float mx = -std::numeric_limits<float>::infinity(), l = 0;
+    for (int t = 0; t < threads; ++t) mx = std::max(mx, M[std::size_t(t * Hq + h)]);
+    Eigen::Map<Vec> oh(out + h * d);
+    oh.setZero();
+    for (int t = 0; t < threads; ++t) {
+      const float f = std::exp(M[std::size_t(t * Hq + h)] - mx);
+      l += f * L[std::size_t(t * Hq + h)];
+      oh += f * Eigen::Map<const Vec>(O.data() + (t * Hq + h) * d);
+    }
+    oh /= l;
+  }
+}
+
+void BM_decode(benchmark::State& state, bool encoded, bool head_major) {
+  const int threads = int(state.range(0));
+  const Index nk = kDecodeKeys, Hq = kDecodeQHeads, Hk = kDecodeKvHeads, d = kDim;
+  DecodeData& D = decode_data();
+  const auto enc = rope_preset();
+  const double tq = double(nk);
+  const Positions qpos(&tq, 1), kpos = Positions::sequence(0.0);
+  const TensorView<const float> q(D.q.data(), 1, Hq, d);
+  const auto v = decode_view<const float>(D.v.data(), head_major);
+  const auto k = decode_view<const float>(D.k.data(), head_major);
+  const auto ke = decode_view<const float>((head_major ? D.k_enc_hm : D.k_enc).data(), head_major);
+  auto attend = [&](bool e, float* out) {
+    AttentionOptions ao;
+    ao.threads = threads;
+    ao.keys_encoded = e;
+    peal::attention(enc, q, qpos, e ? ke : k, kpos, v, TensorView<float>(out, 1, Hq, d), ao);
+  };
+  const std::size_t bytes = 2 * std::size_t(nk * Hk * d) * sizeof(float);
+  auto fused = [&] { attend(encoded, D.out.data()); };
+  auto copy = [&] {
+    copy_bytes(reinterpret_cast<const char*>(D.src.data()), reinterpret_cast<char*>(D.dst.data()),
+               bytes, threads);
+  };
+  float sink = 0;
+  auto read = [&] {
+    sink += read_floats(D.src.data(), Index(D.src.size()), threads);
+    benchmark::DoNotOptimize(sink);
+  };
+  // The plain loop (encoded caches only): the query encoded once, as an engine would.
+  std::vector<float> qe(D.q), out_loop(D.out.size());
+  peal::encode_queries(enc, TensorView<float>(qe.data(), 1, Hq, d), qpos);
+  auto loop = [&] { decode_loop(qe.data(), ke, v, out_loop.data(), threads); };
+  set_threads(threads);
+  attend(false, D.out.data());
+  attend(true, D.out_enc.data());
+  const double diff = max_abs_diff(D.out, D.out_enc);
+  std::vector<Contender> cs = {
+      {"", threads, fused}, {"memcpy", threads, copy}, {"read", threads, read}};
+  if (encoded) {
+    loop();
+    state.counters["loop_max_diff"] = max_abs_diff(D.out_enc, out_loop);
+    cs.push_back({"loop", threads, loop});
+  }
+  paired_run(state, cs, double(bytes) * 1e-9, "GBps");
+  state.counters["max_diff"] = diff;
+}
+
+// ---- Fused scores, one head ---------------------------------------------------------------
+
+enum class ScoreKind { rope, alibi, decay };
+
+struct ScoresData {
+  std::vector<float> q, k, qe, ke, out;  // [n, 1, d], out [1, n, n]
+};
+
+ScoresData& scores_data(Index n) {
+  static std::map<Index, std::unique_ptr<ScoresData>> cache;
+  auto& p = cache[n];
+  if (!p) {
+    const std::size_t sz = std::size_t(n * kDim);
+    p.reset(new ScoresData{random_floats(sz, 7), random_floats(sz, 8), std::vector<float>(sz),
+                           std::vector<float>(sz), std::vector<float>(std::size_t(n * n))});
+  }
+  return *p;
+}
+
+template <class E>
+void scores_one_head(benchmark::State& state, const E& enc, ScoreKind kind) {
+  const Index n = state.range(0), d = kDim;
+  const int threads = int(state.range(1));
+  ScoresData& D = scores_data(n);
+  const auto pos = Positions::sequence(0.0);
+  ScoreOptions so;
+  so.threads = threads;
+  const double m = peal::alibi_slopes(1)[0], g = peal::retnet_decays(1)[0];
+  if (kind == ScoreKind::alibi) so.alibi_slopes = {m};
+  if (kind == ScoreKind::decay) so.decay = {g};
+  // γ^(i − j) for i − j in [−(n−1), n−1], as an engine would cache it.
+  std::vector<float> pw(std::size_t(2 * n));
+  for (Index x = 0; x < 2 * n; ++x) pw[std::size_t(x)] = float(std::pow(g, double(x - n)));
+  const TensorView<const float> q(D.q.data(), n, 1, d), k(D.k.data(), n, 1, d);
+  auto fused = [&] {
+    peal::scores(enc, q, pos, k, pos, TensorView<float>(D.out.data(), 1, n, n), so);
+  };
+  auto gemm = [&] { qk_heads(D.q.data(), D.k.data(), D.out.data(), n, n, 1, d); };
+  auto unfused = [&] {
+    peal::encode_queries(enc, q, TensorView<float>(D.qe.data(), n, 1, d), pos);
+    peal::encode_keys(enc, k, TensorView<float>(D.ke.data(), n, 1, d), pos);
+    qk_heads(D.qe.data(), D.ke.data(), D.out.data(), n, n, 1, d);
+    if (kind == ScoreKind::rope) return;
+    float* o = D.out.data();
+#pragma omp parallel for schedule(static)
+    for (Index i = 0; i < n; ++i) {
+      float* r = o + i * n;
+      if (kind == ScoreKind::alibi) {
+        for (Index j = 0; j < n; ++j) r[j] -= float(m) * float(i - j);
+      } else {
+        const float* p = pw.data() + n + i;
+        for (Index j = 0; j < n; ++j) r[j] *= p[-j];
+      }
+    }
+  };
+  paired_run(state, {{"", threads, fused}, {"gemm", threads, gemm}, {"unfused", threads, unfused}},
+             2.0 * double(n) * double(n) * double(d) * 1e-9, "GFLOPS");
+}
+
+// ---- The FMA ceiling ----------------------------------------------------------------------
+
+#if defined(__AVX512F__) || defined(__FMA__)
+#ifdef __AVX512F__
+using Vec = __m512;
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec vset(float x) { return _mm512_set1_ps(x); }
+inline float vfirst(Vec a) { return _mm512_cvtss_f32(a); }
+#else
+using Vec = __m256;
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline float vfirst(Vec a) { return _mm256_cvtss_f32(a); }
+#endif
+constexpr int kChains = 16;  // independent accumulators: > latency x ports
+
+float fma_chains(long iters) {
+  Vec a[kChains];
+  for (int j = 0; j < kChains; ++j) a[j] = vset(float(j) * 1e-3f);
+  const Vec b = vset(0.999999f), c = vset(1e-7f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < kChains; ++j) a[j] = vfma(a[j], b, c);
+  float s = 0;
+  for (int j = 0; j < kChains; ++j) s += vfirst(a[j]);
+  return s;
+}
+
+void BM_fma_peak(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  constexpr long kIters = 1 << 22;
+  for (auto _ : state) {
+    float s = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+    s += fma_chains(kIters);
+    benchmark::DoNotOptimize(s);
+  }
+  const double flops = 2.0 * double(kIters) * kChains * (sizeof(Vec) / sizeof(float)) * threads;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+#endif
+
+// ---- Registration -------------------------------------------------------------------------
+
+[[maybe_unused]] const bool registered = [] {
+  auto paired = [](const std::string& name, auto fn) {
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), fn);
+    b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    return b;
+  };
+  for (bool causal : {false, true}) {
+    const std::string enc = causal ? "rope_causal" : "rope";
+    auto* p = paired("prefill/" + enc, [causal](benchmark::State& s) { BM_prefill(s, causal); });
+    for (Index n : {512, 2048})
+      for (Index t : {1, 2}) p->Args({n, t});
+    paired("threads/" + enc, [causal](benchmark::State& s) { BM_prefill_threads(s, causal); })
+        ->Arg(512)
+        ->Arg(2048);
+  }
+  for (bool hm : {false, true})
+    for (bool encoded : {false, true})
+      paired(std::string("decode/") + (encoded ? "encoded" : "raw") + (hm ? "_headmajor" : ""),
+             [encoded, hm](benchmark::State& s) { BM_decode(s, encoded, hm); })
+          ->Arg(1)
+          ->Arg(2);
+  auto one_head = [&](const std::string& name, auto fn) {
+    auto* b = paired("scores1h/" + name, fn);
+    b->MinTime(0.5);
+    for (Index n : {512, 2048}) b->Args({n, 1});
+  };
+  one_head("rope", [](benchmark::State& s) { scores_one_head(s, rope_preset(), ScoreKind::rope); });
+  one_head("alibi", [](benchmark::State& s) {
+    scores_one_head(s, peal::PassThrough<double>(int(kDim)), ScoreKind::alibi);
+  });
+  one_head("rope_decay",
+           [](benchmark::State& s) { scores_one_head(s, rope_preset(), ScoreKind::decay); });
+#if defined(__AVX512F__) || defined(__FMA__)
+  benchmark::RegisterBenchmark("peak/fma", BM_fma_peak)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Arg(1)
+      ->Arg(2);
+#endif
+  return true;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();
