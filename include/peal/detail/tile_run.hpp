@@ -232,6 +232,7 @@ class TileRun {
     out_rm_ = !pair_decay_ && sink.template direct_row_major<C>(nk_);
     out_cm_ = !pair_decay_ && !out_rm_ && sink.template direct_col_major<C>();
     window_ = sink.window();
+    direct_keys_ = std::is_same<TK, C>::value && qp_.max_rows * G_ <= eigen_gemm::kSmallRows;
     // One GEMM for all heads of a group: only where nothing differs between them (a pure
     // rotation or identity, no per-head decay, ALiBi or polynomial part) and the sink takes
     // its tiles in place (attention: decoding has one query row per head).
@@ -781,10 +782,18 @@ class TileRun {
       };
       const bool fold = has_decay_ && shared_decay;
       if (fold) key_scale(kh * G);
-      encode_rows(kv, kb, nkj, kh, kcoef, kcoefx, false, fold ? ws.kscale.data() : nullptr,
-                  ws.ktile.data(), scratch);
       const C* kbuf = ws.ktile.data();
-      const Index ldk = d;
+      Index ldk = d;
+      // An identity (keys already encoded) against a few query rows: the product reads the
+      // key rows where they lie (each once, gemm_abt's small path); else they are encoded.
+      if (identity_ && !fold && direct_keys_ && kv.strides().elem == 1 &&
+          (nkj <= 1 || kv.strides().token >= d)) {
+        kbuf = reinterpret_cast<const C*>(kv.vector(kb, kh));
+        ldk = nkj > 1 ? kv.strides().token : d;
+      } else {
+        encode_rows(kv, kb, nkj, kh, kcoef, kcoefx, false, fold ? ws.kscale.data() : nullptr,
+                    ws.ktile.data(), scratch);
+      }
       if constexpr (PE::active) ws.poly.tag = -1;  // the poly parts' key side: built on demand
       sink_->key_tile(*this, ws.sink, kh, J);
 
@@ -926,6 +935,7 @@ class TileRun {
   bool out_rm_ = false, out_cm_ = false;
   Index tiles_per_block_ = 1, blocks_ = 0, units_ = 0, splits_ = 1, key_tiles_per_split_ = 0;
   bool across_ = false, stage_ = false;
+  bool direct_keys_ = false;  // identity keys in C, a few query rows: read in place
   double window_ = std::numeric_limits<double>::infinity();
   bool grouped_ = false;
   int threads_ = 1;
