@@ -412,7 +412,7 @@ class TileRun {
       const auto* src = v.vector(b + r, h);
       C* o = dst + r * d_;
       bool fx = coefx != nullptr;  // the factor still to apply
-      if (r + kAhead < n) prefetch_row(v.vector(b + r + kAhead, h), row_bytes);
+      if (r + kAhead < n) eigen_gemm::prefetch_row(v.vector(b + r + kAhead, h), row_bytes);
       if (es == 1 && std::is_same<TS, C>::value) {
         const C* x = reinterpret_cast<const C*>(src);
         if (coef && coefx) {
@@ -449,15 +449,6 @@ class TileRun {
       coder_.relative(delta + r0, m, rel, rel_);
       coder_.compose(nullptr, rel, rel_, m, coef + r0 * coef_, coef_, transpose);
     }
-  }
-
-  static void prefetch_row(const void* p, Index bytes) {
-#if defined(__GNUC__) || defined(__clang__)
-    const char* c = static_cast<const char*>(p);
-    for (Index off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
-#else
-    (void)p, (void)bytes;
-#endif
   }
 
   // Where the epilogue writes row i (of the query tile starting at i0) of the tile of head h
