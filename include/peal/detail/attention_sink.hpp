@@ -274,7 +274,7 @@ class AttentionSink {
   template <class Run>
   bool stages(const Run& r) const {
     return r.head_slots() > 1 && v_.strides().elem == 1 && v_.strides().head == dv_ &&
-           r.key_heads() > 1;
+           r.key_heads() > 1 && dv_ > 0;
   }
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();

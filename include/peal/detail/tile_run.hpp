@@ -171,7 +171,7 @@ class TileRun {
     // follow (measured: 1.9x the time of a contiguous read). Key tiles are then sized so that
     // the staged rows of every head stay within 256 KiB.
     across_ = Sink::splits_keys && Hk_ > 1 && nq_ <= kAcrossQueries;
-    stage_ = across_ && k.strides().elem == 1 && k.strides().head == d_ && nk_ > 1;
+    stage_ = across_ && k.strides().elem == 1 && k.strides().head == d_ && nk_ > 1 && d_ > 0;
     const Index tk_auto = across_ ? std::clamp<Index>((Index(256) << 10) / (cb * Hk_), 16, 512)
                                   : std::clamp<Index>((Index(256) << 10) / cb, 32, 512);
     const Index tk_max = opt.key_tile > 0 ? opt.key_tile : tk_auto;
@@ -420,7 +420,7 @@ class TileRun {
           fx = false;
         } else if (coef) {
           coder_.apply(coef + r * coef_, x, o, transpose, scratch);
-        } else {
+        } else if (d_ > 0) {  // (memcpy of a null row is undefined even for 0 bytes)
           std::memcpy(o, x, sizeof(C) * std::size_t(d_));
         }
       } else {
