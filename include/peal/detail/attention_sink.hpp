@@ -142,6 +142,7 @@ class AttentionSink {
   /// V rows of key tile J, head kh, in the arithmetic type (n x dv, row-major).
   template <class Run>
   void key_tile(const Run& r, Work& w, Index kh, Index J) const {
+    if (dv_ == 0) return;
     const auto& kp = r.key_plan();
     Index j0 = kp.begin[std::size_t(J)];
     const Index n = kp.rows(J);
@@ -330,8 +331,9 @@ class AttentionSink {
       lse = m + std::log(l);
     }
     if (lse_) lse_[i * out_.heads() + h] = lse;
+    if (dv_ == 0) return;  // (an empty out may have no memory at all)
     const Index es = out_.strides().elem;
-    To* dst = &out_(i, h, 0);
+    To* dst = out_.vector(i, h);
     for (Index e = 0; e < dv_; ++e) dst[e * es] = from_arith<To>(C(double(o[e]) * scale));
   }
 
