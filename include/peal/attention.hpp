@@ -132,14 +132,7 @@ void check_attention(const E& enc, const TensorView<Tq>& q, const Positions& tq,
   per_head(opt.sinks, "sink logits");
   if (opt.threads < 0) fail(w + ": threads must be >= 0");
   if (opt.query_tile < 0 || opt.key_tile < 0) fail(w + ": tile sizes must be >= 0");
-  if (q.tokens() > 0 && k.tokens() > 0) {  // differences of positions must be finite too
-    double tmin = tq[0], tmax = tq[0], smin = tk[0], smax = tk[0];
-    for (Index i = 1; i < q.tokens(); ++i) tmin = std::min(tmin, tq[i]), tmax = std::max(tmax, tq[i]);
-    for (Index j = 1; j < k.tokens(); ++j) smin = std::min(smin, tk[j]), smax = std::max(smax, tk[j]);
-    if (!std::isfinite(tmax - smin) || !std::isfinite(smax - tmin) || !std::isfinite(tmax - tmin) ||
-        !std::isfinite(smax - smin))
-      fail(w + ": differences of positions overflow (positions too far apart)");
-  }
+  check_position_span(tq, q.tokens(), tk, k.tokens(), w);
 }
 
 template <class C, class E, class Tq, class Tk, class Tv, class To>

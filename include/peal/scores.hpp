@@ -155,6 +155,19 @@ inline std::string extents(Index a, Index b, Index c) {
   return os.str();
 }
 
+/// Differences of positions must be finite too (e.g. 1e308 and -1e308 are not): the tile
+/// plans and the rebased factors use t_i − s_j and differences within each side.
+inline void check_position_span(const Positions& tq, Index nq, const Positions& tk, Index nk,
+                                const std::string& w) {
+  if (nq <= 0 || nk <= 0) return;
+  double tmin = tq[0], tmax = tq[0], smin = tk[0], smax = tk[0];
+  for (Index i = 1; i < nq; ++i) tmin = std::min(tmin, tq[i]), tmax = std::max(tmax, tq[i]);
+  for (Index j = 1; j < nk; ++j) smin = std::min(smin, tk[j]), smax = std::max(smax, tk[j]);
+  if (!std::isfinite(tmax - smin) || !std::isfinite(smax - tmin) || !std::isfinite(tmax - tmin) ||
+      !std::isfinite(smax - smin))
+    fail(w + ": differences of positions overflow (positions too far apart)");
+}
+
 template <class E, class Tq, class Tk, class Out>
 void check_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
                   const TensorView<Tk>& k, const Positions& tk, const TensorView<Out>& out,
@@ -200,17 +213,7 @@ void check_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
   }
   if (opt.threads < 0) fail(w + ": threads must be >= 0");
   if (opt.query_tile < 0 || opt.key_tile < 0) fail(w + ": tile sizes must be >= 0");
-  // Differences of positions must be finite too (e.g. 1e308 and -1e308 are not).
-  if (q.tokens() > 0 && k.tokens() > 0) {
-    double tmin = tq[0], tmax = tq[0], smin = tk[0], smax = tk[0];
-    for (Index i = 1; i < q.tokens(); ++i)
-      tmin = std::min(tmin, tq[i]), tmax = std::max(tmax, tq[i]);
-    for (Index j = 1; j < k.tokens(); ++j)
-      smin = std::min(smin, tk[j]), smax = std::max(smax, tk[j]);
-    if (!std::isfinite(tmax - smin) || !std::isfinite(smax - tmin) || !std::isfinite(tmax - tmin) ||
-        !std::isfinite(smax - smin))
-      fail(w + ": differences of positions overflow (positions too far apart)");
-  }
+  check_position_span(tq, q.tokens(), tk, k.tokens(), w);
 }
 
 }  // namespace scores_kernels
