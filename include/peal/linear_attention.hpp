@@ -19,6 +19,7 @@
 #include <string>
 #include <type_traits>
 
+#include "attention.hpp"
 #include "detail/linear_run.hpp"
 #include "detail/overlap.hpp"
 #include "detail/storage.hpp"
@@ -79,6 +80,20 @@ template <class C, class E, class Tq, class Tk, class Tv, class To>
 void run_linear(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
                 const Positions& tk, const TensorView<Tv>& v, const TensorView<To>& out,
                 const LinearAttentionOptions& opt, StateData<C>& st, bool keep) {
+  if (opt.normalization == LinearNorm::retnet) {
+    // torchscale's three forms normalise differently (they agree only after the group norm).
+    if (opt.form == LinearForm::automatic)
+      fail("linear_attention: with normalization = retnet the output depends on the form "
+           "(torchscale normalises its parallel, recurrent and chunkwise forms differently): "
+           "give form = parallel, chunkwise or recurrent");
+    if (opt.form == LinearForm::chunkwise && opt.chunk == 0)
+      fail("linear_attention: RetNet's chunkwise normalisation depends on the chunk size: give "
+           "chunk (torchscale's recurrent_chunk_size)");
+    if (opt.form == LinearForm::chunkwise && !scores_kernels::is_pure_rotation<C>(enc))
+      fail("linear_attention: RetNet's chunkwise normalisation takes the 1-norm of the state in "
+           "the absolute frame G(T) M, bounded only for a pure rotation (decays as the decay "
+           "option, as retnet_rotation with retnet_decays)");
+  }
   LinearRun<C, E, Tq, Tk, Tv, To> run(enc, q, tq, k, tk, v, out, opt, st, keep);
   if (opt.normalization == LinearNorm::retnet && !st.empty && run.form() == LinearForm::parallel)
     fail("linear_attention: RetNet's parallel normalisation divides each row by the sum of "

@@ -204,7 +204,7 @@ class LinearRun {
   // ---- The pairs of queries [i0, i0 + m) and keys [j0, j0 + n) of the heads of key heads
   // [kh, kh + nkh), written to out with the state's part `base` (or none).
   void pairs(Index i0, Index m, Index j0, Index n, Index kh, Index nkh, const C* base,
-             int threads) const {
+             int threads, const double* floor = nullptr) const {
     const Index h0 = kh * G_, nh = nkh * G_;
     scores_kernels::LinearRows<C> rows;
     rows.base = base;
@@ -215,8 +215,11 @@ class LinearRun {
         for (Index g = 0; g < nh; ++g)
           f[std::size_t(i * nh + g)] = norm_[std::size_t((i0 + i) * Hq_ + h0 + g)];
       rows.f = f.data();
-      rows.clamp = form_ == LinearForm::parallel;
-      rows.lo = 1, rows.hi = 5e4;  // torchscale: .clamp(min=1, max=5e4)
+      // torchscale: parallel .clamp(min=1, max=5e4); chunkwise max(inner_scale, K_c)
+      rows.clamp = true;
+      rows.lo = 1;
+      rows.hi = form_ == LinearForm::parallel ? 5e4 : std::numeric_limits<double>::infinity();
+      rows.lo_head = floor;
     }
     const TensorView<To> o = sub(out_, i0, m, h0, nh);
     if (n == 0) {  // no keys: the state's part alone
@@ -276,8 +279,10 @@ class LinearRun {
     double T = st_.time;
     bool empty = st_.empty;
     std::vector<C> base(std::size_t(std::max<Index>(nq_, 1) * G_ * dv_));
+    std::vector<double> floor(std::size_t(G_), 1.0);
     if (nc == 0) {  // no keys: every query reads the state
-      if (!empty && nq_ > 0) read_base(w, kh, 0, nq_, T, base.data());  // (w sized for chunk_)
+      prepare(w, nq_);
+      if (!empty && nq_ > 0) read_base(w, kh, 0, nq_, T, base.data());
       pairs(0, nq_, 0, 0, kh, 1, empty ? nullptr : base.data(), 1);
       return;
     }
@@ -294,7 +299,9 @@ class LinearRun {
           if (Index(w.qrows.size()) < m * d_) prepare(w, m);
           read_base(w, kh, i0, m, T, base.data());
         }
-        pairs(i0, m, j0, j1 - j0, kh, 1, empty ? nullptr : base.data(), 1);
+        if (!norm_.empty()) chunk_floor(w, kh, c, T, empty, floor.data());
+        pairs(i0, m, j0, j1 - j0, kh, 1, empty ? nullptr : base.data(), 1,
+              norm_.empty() ? nullptr : floor.data());
       }
       if (c + 1 < nc || keep_) {
         const double T1 = c + 1 < nc ? s_[std::size_t(j1)] : s_.back();
@@ -372,7 +379,40 @@ class LinearRun {
     st_.z[std::size_t(s)] = z;
   }
 
-  // RetNet's row factors 1/sqrt(Σ_{s_j ≤ t_i} γ^(t_i − s_j)) (with the state's keys), norm_[i Hq + h].
+  // RetNet's chunk form (torchscale chunk_recurrent_forward): rows of chunk c are divided by
+  // max(inner_scale, K_c), K_c = max(1, ||KV_c||_1) the largest column abs-sum of the state
+  // in torchscale's absolute frame, KV_c = scale / S(B) · A(−T') M(T'), T' the previous chunk's
+  // last key (M(T_c) = γ^(T_c − T') A(T_c − T') M(T'), and A(−T_c) A(T_c − T') = A(−T')),
+  // S(B) = (1 − γ^B)/(1 − γ). Bounded only for a pure rotation (checked by the caller).
+  void chunk_floor(Work& w, Index kh, Index c, double T, bool empty, double* floor) const {
+    const Index j0 = c * chunk_;
+    const double back = j0 > 0 ? T - s_[std::size_t(j0 - 1)] : 0.0;
+    const double minus_t = -T;
+    ops_.coefficients(&minus_t, 1, w.coef.data(), false, w.rel);
+    for (Index g = 0; g < G_; ++g) {
+      const Index s = st_.state_of(kh * G_ + g);
+      double K = 0;
+      if (!empty) {
+        const C* W = st_.w(s);
+        std::vector<C> col(static_cast<std::size_t>(d_));
+        for (Index r = 0; r < dv_; ++r) {
+          std::copy_n(W + r * d_, d_, col.data());
+          ops_.advance(col.data(), 1, w.coef.data(), C(1), w.scratch.data());
+          double a = 0;
+          for (Index e = 0; e < d_; ++e) a += std::abs(double(col[std::size_t(e)]));
+          K = std::max(K, a);
+        }
+        const double gam = std::exp(lam(s)), B = double(chunk_);
+        const double SB = gam == 1.0 ? B : -std::expm1(B * lam(s)) / (1.0 - gam);
+        K *= st_.scale / SB / std::exp(lam(s) * back);
+      }
+      floor[g] = std::max(1.0, K);
+    }
+  }
+
+  // RetNet's row factors 1/sqrt(Σ_{s_j ≤ t_i} γ^(t_i − s_j)) (parallel: with the state's
+  // keys; chunkwise: over the keys of the query's chunk, torchscale's sqrt(S(a + 1)) with
+  // the local row a), norm_[i Hq + h].
   void norm_factors() {
     norm_.assign(std::size_t(nq_ * Hq_), 0.0);
     for (Index h = 0; h < Hq_; ++h) {
@@ -384,6 +424,7 @@ class LinearRun {
         const double ti = t_[std::size_t(i)];
         for (; j < nk_ && s_[std::size_t(j)] <= ti; ++j) {
           const double sj = s_[std::size_t(j)];
+          if (form_ == LinearForm::chunkwise && j % chunk_ == 0) any = false;  // local sums
           Z = (any ? Z * std::exp(lam(s) * (sj - Tz)) : 0.0) + 1.0;
           Tz = sj, any = true;
         }

@@ -4,8 +4,8 @@
 // V at once, O_I += S V_J: no nq x nk matrix exists. At the end of a unit its rows are
 //     out_i = f_i (O_i + B_i) / clamp(f_i A_i, lo, hi)        (each factor optional)
 // with B the state's contribution (the chunkwise form's inter-chunk term, computed by the
-// caller), f_i a per-row factor and A_i = Σ_j |S_ij| the absolute row sum (RetNet's
-// normalisations, docs/linear-attention.md §5).
+// caller), f_i a per-row factor and A_i = Σ_j |S_ij| the absolute row sum of this run's
+// pairs (RetNet's normalisations, docs/linear-attention.md §5).
 #pragma once
 
 #include <Eigen/Core>
@@ -30,6 +30,7 @@ struct LinearRows {
   const double* f = nullptr;   // f: [rows, heads], f[i H + h]
   bool clamp = false;          // divide by clamp(f A, lo, hi)
   double lo = 1, hi = std::numeric_limits<double>::infinity();
+  const double* lo_head = nullptr;  // per head of the view: lo (RetNet's chunk form: K_c)
 };
 
 template <class C, class Tv, class To>
@@ -168,7 +169,10 @@ class LinearSink {
           const C* o = w.o.data() + row * dv_;
           const C* b = rows_.base ? rows_.base + at * dv_ : nullptr;
           double f = rows_.f ? rows_.f[at] : 1.0;
-          if (rows_.clamp) f /= std::clamp(f * w.asum[std::size_t(row)], rows_.lo, rows_.hi);
+          if (rows_.clamp) {
+            const double lo = rows_.lo_head ? rows_.lo_head[h] : rows_.lo;
+            f /= std::clamp(f * w.asum[std::size_t(row)], lo, std::max(lo, rows_.hi));
+          }
           To* dst = out_.vector(i0 + i, h);
           for (Index e = 0; e < dv_; ++e) {
             const C x = b ? o[e] + b[e] : o[e];
