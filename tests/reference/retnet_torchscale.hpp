@@ -35,12 +35,19 @@ namespace retnet_ts {
 using LD = long double;
 using Rows = std::vector<std::vector<LD>>;  // [token][element]
 
-// torchscale's result and the divisors it applied, per row (diagnostics: which clamp acted).
+// torchscale's result, the divisors it applied per row (which clamp acted), and the magnitudes
+// an error bound needs (the caller's tolerance: a kernel's rounding is relative to these).
 struct Result {
-  Rows out;               // [n][dv], before the group norm
-  std::vector<LD> abs_sum;  // parallel: sum_j |w_ij|; chunkwise: the in-chunk sum of |wc_ij|
+  Rows out;                 // [n][dv], before the group norm
+  std::vector<LD> abs_sum;  // parallel: sum_j |w_ij|; chunkwise: sum over the chunk's keys; else 0
   std::vector<LD> divisor;  // N_i (parallel), 1 (recurrent), max(I_i, K_c) (chunkwise)
   std::vector<LD> cross;    // chunkwise: K_c of the row's chunk (else 1)
+  Rows bound;               // [n][dv]: sum_j |w|-bound_ij |v_j[e]| / divisor, where the bound of
+                            // |w_ij| is gamma^(i-j) |qr_i| |kr_j| / sqrt(S) (Cauchy-Schwarz)
+  std::vector<LD> cond;     // relative sensitivity of the divisor to rounding of its terms:
+                            // (sum_j |w|-bound_ij) / abs_sum when the abs sum is the divisor,
+                            // K_abs / K_c when K_c is (K_abs: K_c with |.| inside the key sums),
+                            // 0 when a clamp constant (1, 5e4) or nothing divides
 };
 
 // RetNetRelPos angles, one per interleaved pair (torchscale stores each twice).
@@ -73,36 +80,99 @@ inline LD geometric(LD gamma, long m) {
 
 namespace detail {
 
-struct Rotated {
-  Rows qr, kr;  // kr includes the key scale
-};
-inline Rotated rotated(const Rows& q, const Rows& k, LD scale) {
-  if (q.size() != k.size() || q.empty()) throw std::invalid_argument("retnet_ts: q, k: n >= 1 rows each");
-  const std::vector<LD> w = angles(int(q[0].size()));
-  Rotated r;
-  for (std::size_t i = 0; i < q.size(); ++i) {
-    r.qr.push_back(rotate(q[i], long(i), w));
-    std::vector<LD> ks = k[i];
-    for (LD& x : ks) x *= scale;
-    r.kr.push_back(rotate(ks, long(i), w));
-  }
-  return r;
-}
 inline LD dot(const std::vector<LD>& a, const std::vector<LD>& b) {
   LD s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
 }
-// Row i of the masked scores, w_ij = gamma^(i-j) sigma_ij / sqrt(S(m)) for j in [j0, i].
-inline std::vector<LD> masked_row(const Rotated& r, std::size_t i, std::size_t j0, LD gamma, long m) {
+
+// The rotated rows (k times the scale), their norms and the powers gamma^l, l < n.
+struct Prepared {
+  Rows qr, kr, v;
+  std::vector<LD> qn, kn, pw;
+  Prepared(const Rows& q, const Rows& k, const Rows& vv, LD gamma, LD scale) : v(vv) {
+    if (q.empty() || q.size() != k.size() || q.size() != v.size())
+      throw std::invalid_argument("retnet_ts: q, k, v need the same n >= 1 rows");
+    const std::vector<LD> w = angles(int(q[0].size()));
+    LD g = 1;
+    for (std::size_t i = 0; i < q.size(); ++i, g *= gamma) {
+      qr.push_back(rotate(q[i], long(i), w));
+      std::vector<LD> ks = k[i];
+      for (LD& x : ks) x *= scale;
+      kr.push_back(rotate(ks, long(i), w));
+      qn.push_back(std::sqrt(dot(qr[i], qr[i])));
+      kn.push_back(std::sqrt(dot(kr[i], kr[i])));
+      pw.push_back(g);
+    }
+  }
+  std::size_t n() const { return qr.size(); }
+  std::size_t dv() const { return v[0].size(); }
+};
+
+// One row: w_ij = gamma^(i-j) sigma_ij / sqrt(S(m)) for j <= i, its abs sum over j >= j0 and the
+// Cauchy-Schwarz bound of that sum.
+struct Row {
+  std::vector<LD> w, wbound;
+  LD abs_sum = 0, abs_bound = 0;
+};
+inline Row masked_row(const Prepared& P, std::size_t i, std::size_t j0, LD gamma, long m) {
   const LD norm = std::sqrt(geometric(gamma, m));
-  std::vector<LD> row;
-  for (std::size_t j = j0; j <= i; ++j)
-    row.push_back(std::pow(gamma, LD(i - j)) * dot(r.qr[i], r.kr[j]) / norm);
-  return row;
+  Row r;
+  for (std::size_t j = 0; j <= i; ++j) {
+    r.w.push_back(P.pw[i - j] * dot(P.qr[i], P.kr[j]) / norm);
+    r.wbound.push_back(P.pw[i - j] * P.qn[i] * P.kn[j] / norm);
+    if (j >= j0) {
+      r.abs_sum += std::fabs(r.w.back());
+      r.abs_bound += r.wbound.back();
+    }
+  }
+  return r;
 }
-inline void accumulate(std::vector<LD>& o, LD wgt, const std::vector<LD>& v) {
-  for (std::size_t e = 0; e < v.size(); ++e) o[e] += wgt * v[e];
+
+// Appends o_i = sum_j w_ij v_j / D and its magnitude to res.
+inline void finish(Result& res, const Prepared& P, const Row& r, LD D, LD abs_sum, LD cross,
+                   LD cond) {
+  std::vector<LD> o(P.dv(), 0.0L), b(P.dv(), 0.0L);
+  for (std::size_t j = 0; j < r.w.size(); ++j)
+    for (std::size_t e = 0; e < P.dv(); ++e) {
+      o[e] += r.w[j] * P.v[j][e] / D;
+      b[e] += r.wbound[j] * std::fabs(P.v[j][e]) / D;
+    }
+  res.out.push_back(o);
+  res.bound.push_back(b);
+  res.abs_sum.push_back(abs_sum);
+  res.divisor.push_back(D);
+  res.cross.push_back(cross);
+  res.cond.push_back(cond);
+}
+
+// K_c = max(1, ||KV_c||_1), KV_c = S(B)^-1 sum_{j < cB} gamma^(cB-1-j) kr_j v_j^T (d x dv,
+// torchscale's absolute rotation frame), K_0 = 1; and K_abs, the same with |.| on every term.
+inline void cross_scale(const Prepared& P, LD gamma, std::size_t B, std::size_t c, LD& K,
+                        LD& K_abs) {
+  K = 1;
+  K_abs = 0;
+  if (c == 0) return;
+  const std::size_t d = P.kr[0].size(), end = c * B;
+  const LD SB = geometric(gamma, long(B));
+  LD best = 0, best_abs = 0;
+  for (std::size_t e = 0; e < P.dv(); ++e) {
+    LD col = 0, col_abs = 0;
+    for (std::size_t l = 0; l < d; ++l) {
+      LD m = 0, m_abs = 0;
+      for (std::size_t j = 0; j < end; ++j) {
+        const LD t = P.pw[end - 1 - j] * P.kr[j][l] * P.v[j][e];
+        m += t;
+        m_abs += std::fabs(t);
+      }
+      col += std::fabs(m / SB);
+      col_abs += m_abs / SB;
+    }
+    best = std::max(best, col);
+    best_abs = std::max(best_abs, col_abs);
+  }
+  K = std::max(best, 1.0L);
+  K_abs = best_abs;
 }
 
 }  // namespace detail
@@ -110,20 +180,13 @@ inline void accumulate(std::vector<LD>& o, LD wgt, const std::vector<LD>& v) {
 // parallel_forward (one head): the decay mask row-normalised by sqrt(S(i+1)), then the scores
 // divided by their abs row sum clamped to [1, 5e4].
 inline Result parallel(const Rows& q, const Rows& k, const Rows& v, LD gamma, LD scale) {
-  const detail::Rotated r = detail::rotated(q, k, scale);
-  const std::size_t n = q.size(), dv = v[0].size();
+  const detail::Prepared P(q, k, v, gamma, scale);
   Result res;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::vector<LD> w = detail::masked_row(r, i, 0, gamma, long(i) + 1);
-    LD a = 0;
-    for (LD x : w) a += std::fabs(x);
-    const LD N = std::min(std::max(a, 1.0L), 5e4L);
-    std::vector<LD> o(dv, 0.0L);
-    for (std::size_t j = 0; j <= i; ++j) detail::accumulate(o, w[j] / N, v[j]);
-    res.out.push_back(o);
-    res.abs_sum.push_back(a);
-    res.divisor.push_back(N);
-    res.cross.push_back(1);
+  for (std::size_t i = 0; i < P.n(); ++i) {
+    const detail::Row r = detail::masked_row(P, i, 0, gamma, long(i) + 1);
+    const LD N = std::min(std::max(r.abs_sum, 1.0L), 5e4L);
+    const bool by_sum = r.abs_sum > 1 && r.abs_sum < 5e4L;
+    detail::finish(res, P, r, N, r.abs_sum, 1, by_sum ? r.abs_bound / r.abs_sum : 0);
   }
   return res;
 }
@@ -131,61 +194,28 @@ inline Result parallel(const Rows& q, const Rows& k, const Rows& v, LD gamma, LD
 // recurrent_forward, token by token from an empty state: c_i = S(i+1) and
 // KV_i = sum_{j<=i} gamma^(i-j) kr_j v_j^T / sqrt(c_i), o_i = KV_i qr_i. No clamp.
 inline Result recurrent(const Rows& q, const Rows& k, const Rows& v, LD gamma, LD scale) {
-  const detail::Rotated r = detail::rotated(q, k, scale);
-  const std::size_t n = q.size(), dv = v[0].size();
+  const detail::Prepared P(q, k, v, gamma, scale);
   Result res;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::vector<LD> w = detail::masked_row(r, i, 0, gamma, long(i) + 1);
-    std::vector<LD> o(dv, 0.0L);
-    for (std::size_t j = 0; j <= i; ++j) detail::accumulate(o, w[j], v[j]);
-    res.out.push_back(o);
-    res.abs_sum.push_back(0);
-    res.divisor.push_back(1);
-    res.cross.push_back(1);
-  }
+  for (std::size_t i = 0; i < P.n(); ++i)
+    detail::finish(res, P, detail::masked_row(P, i, 0, gamma, long(i) + 1), 1, 0, 1, 0);
   return res;
-}
-
-// K_c = max(1, ||KV_c||_1), KV_c = S(B)^-1 sum_{j < cB} gamma^(cB-1-j) kr_j v_j^T (d x dv,
-// torchscale's absolute rotation frame); K_0 = 1.
-inline LD cross_scale(const detail::Rotated& r, const Rows& v, LD gamma, std::size_t B, std::size_t c) {
-  if (c == 0) return 1;
-  const std::size_t d = r.kr[0].size(), dv = v[0].size(), end = c * B;
-  const LD SB = geometric(gamma, long(B));
-  LD best = 0;
-  for (std::size_t e = 0; e < dv; ++e) {
-    LD col = 0;
-    for (std::size_t l = 0; l < d; ++l) {
-      LD m = 0;
-      for (std::size_t j = 0; j < end; ++j) m += std::pow(gamma, LD(end - 1 - j)) * r.kr[j][l] * v[j][e];
-      col += std::fabs(m / SB);
-    }
-    best = std::max(best, col);
-  }
-  return std::max(best, 1.0L);
 }
 
 // chunk_recurrent_forward with chunk size B (n need not be a multiple: see the header).
 inline Result chunkwise(const Rows& q, const Rows& k, const Rows& v, LD gamma, LD scale,
                         std::size_t B) {
   if (B == 0) throw std::invalid_argument("retnet_ts::chunkwise: B >= 1");
-  const detail::Rotated r = detail::rotated(q, k, scale);
-  const std::size_t n = q.size(), dv = v[0].size();
+  const detail::Prepared P(q, k, v, gamma, scale);
+  const std::size_t chunks = (P.n() + B - 1) / B;
+  std::vector<LD> K(chunks), K_abs(chunks);
+  for (std::size_t c = 0; c < chunks; ++c) detail::cross_scale(P, gamma, B, c, K[c], K_abs[c]);
   Result res;
-  std::vector<LD> K((n + B - 1) / B);
-  for (std::size_t c = 0; c < K.size(); ++c) K[c] = cross_scale(r, v, gamma, B, c);
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < P.n(); ++i) {
     const std::size_t c = i / B, a = i % B;
-    const std::vector<LD> w = detail::masked_row(r, i, 0, gamma, long(a) + 1);
-    LD in = 0;
-    for (std::size_t j = c * B; j <= i; ++j) in += std::fabs(w[j]);
-    const LD D = std::max(std::max(in, 1.0L), K[c]);
-    std::vector<LD> o(dv, 0.0L);
-    for (std::size_t j = 0; j <= i; ++j) detail::accumulate(o, w[j] / D, v[j]);
-    res.out.push_back(o);
-    res.abs_sum.push_back(in);
-    res.divisor.push_back(D);
-    res.cross.push_back(K[c]);
+    const detail::Row r = detail::masked_row(P, i, c * B, gamma, long(a) + 1);
+    const LD D = std::max(std::max(r.abs_sum, 1.0L), K[c]);
+    const LD cond = D == 1 ? 0 : D == K[c] ? K_abs[c] / K[c] : r.abs_bound / r.abs_sum;
+    detail::finish(res, P, r, D, r.abs_sum, K[c], cond);
   }
   return res;
 }
