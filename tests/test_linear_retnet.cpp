@@ -103,8 +103,9 @@ LinearAttentionOptions retnet_options(Index d, Index H, LinearForm form, Index c
 }
 
 const char* name(LinearForm f) {
-  return f == LinearForm::parallel ? "parallel" : f == LinearForm::recurrent ? "recurrent"
-                                                                           : "chunkwise";
+  return f == LinearForm::parallel    ? "parallel"
+         : f == LinearForm::recurrent ? "recurrent"
+                                      : "chunkwise";
 }
 
 // Which branch of the normalisation each reference row took (the test that every one occurs).
@@ -133,7 +134,8 @@ LD worst_ratio(const Problem<S>& p, const std::vector<S>& out, Index i0, Index m
                const std::vector<ts::Result>& ref, long n_terms, std::string& where) {
   using C = S;  // arithmetic type: float for float, double for double storage
   const LD T = peal_test::Tol<C>::linear_retention(int(p.d), n_terms);
-  const LD eps_t = std::numeric_limits<S>::epsilon(), floor_t = std::numeric_limits<S>::denorm_min();
+  const LD eps_t = std::numeric_limits<S>::epsilon(),
+           floor_t = std::numeric_limits<S>::denorm_min();
   LD worst = 0;
   for (Index i = 0; i < m; ++i)
     for (Index h = 0; h < p.H; ++h)
@@ -149,9 +151,9 @@ LD worst_ratio(const Problem<S>& p, const std::vector<S>& out, Index i0, Index m
           worst = ratio;
           std::ostringstream os;
           os.precision(10);
-          os << "row " << row << " head " << h << " elem " << e << ": peal " << got
-             << " reference " << want << " |diff| " << std::fabs(got - want) << " tol " << tol
-             << " (divisor " << r.divisor[row] << ", K_c " << r.cross[row] << ")";
+          os << "row " << row << " head " << h << " elem " << e << ": peal " << got << " reference "
+             << want << " |diff| " << std::fabs(got - want) << " tol " << tol << " (divisor "
+             << r.divisor[row] << ", K_c " << r.cross[row] << ")";
           where = os.str();
         }
       }
@@ -248,15 +250,16 @@ TEST_CASE("linear retnet: torchscale's forms differ by a per-row scale only (ref
     const LD gamma = 1.0L - std::exp2(-5.0L - LD(h));
     LD rel_diff = 0;
     for (std::size_t i = 0; i < 64; ++i) {
-      const LD to_chunk = std::sqrt(ts::geometric(gamma, long(i) + 1) /
-                                    ts::geometric(gamma, long(i % 16) + 1)) *
-                          par.divisor[i] / chk.divisor[i];
+      const LD to_chunk =
+          std::sqrt(ts::geometric(gamma, long(i) + 1) / ts::geometric(gamma, long(i % 16) + 1)) *
+          par.divisor[i] / chk.divisor[i];
       for (std::size_t e = 0; e < 8; ++e) {
         const LD pv = par.out[i][e];
         const LD pb = par.bound[i][e];
         CHECK(std::fabs(rec.out[i][e] - par.divisor[i] * pv) <=
               1e-15L * (rec.bound[i][e] + par.divisor[i] * pb));
-        CHECK(std::fabs(chk.out[i][e] - to_chunk * pv) <= 1e-15L * (chk.bound[i][e] + to_chunk * pb));
+        CHECK(std::fabs(chk.out[i][e] - to_chunk * pv) <=
+              1e-15L * (chk.bound[i][e] + to_chunk * pb));
         rel_diff = std::max(rel_diff, std::fabs(rec.out[i][e] - pv) / std::fabs(rec.out[i][e]));
       }
     }
@@ -276,7 +279,8 @@ TEST_CASE("linear retnet: LinearState continuing a prefill equals the recurrent 
     const auto enc = peal::retnet_rotation<double>(int(d));
     const LinearAttentionOptions opt = retnet_options(d, H, form, chunk);
     peal::LinearState<std::decay_t<decltype(enc)>, S> state(enc, H, H, dv, opt);
-    std::vector<S> pre(std::size_t(np * H * dv), S(NAN)), dec(std::size_t((n - np) * H * dv), S(NAN));
+    std::vector<S> pre(std::size_t(np * H * dv), S(NAN)),
+        dec(std::size_t((n - np) * H * dv), S(NAN));
     const std::vector<double> t = positions(0, np);
     peal::linear_attention(enc, p.Q(0, np), Positions(t), p.K(0, np), Positions(t), p.V(0, np),
                            TensorView<S>(pre.data(), np, H, dv), opt, state);
