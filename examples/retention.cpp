@@ -24,9 +24,7 @@
 #include <cstdio>
 #include <exception>
 #include <limits>
-#include <peal/linear_attention.hpp>
-#include <peal/linear_state.hpp>
-#include <peal/retnet.hpp>
+#include <peal/peal.hpp>  // linear_attention.hpp, linear_state.hpp, retnet.hpp
 #include <random>
 #include <vector>
 

@@ -12,9 +12,7 @@
 // type (float for float storage, double for double).
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <peal/linear_attention.hpp>
-#include <peal/linear_state.hpp>
-#include <peal/retnet.hpp>
+#include <peal/peal.hpp>  // linear_attention.hpp, linear_state.hpp, retnet.hpp
 #include <random>
 #include <sstream>
 #include <string>
@@ -179,14 +177,15 @@ struct Amplitude {
 const Amplitude amplitudes[] = {{1, 1}, {0.05, 1}, {30, 1}, {1e6, 1}, {0.02, 50}};
 
 template <class S>
-void check_forms(Index n, const std::vector<Index>& chunks, Branches& seen) {
+void check_forms(Index n, bool parallel_recurrent, const std::vector<Index>& chunks,
+                 Branches& seen) {
   for (Index d : {16, 32})
     for (Index H : {2, 3, 4})
       for (const Amplitude& a : amplitudes) {
         const Index Hk = H == 4 ? 2 : H, dv = d + 8;
         const Problem<S> p = make_problem<S>(n, H, Hk, d, dv, a.q, a.v, unsigned(n * 100 + d + H));
-        std::vector<std::pair<LinearForm, Index>> forms = {{LinearForm::parallel, 0},
-                                                           {LinearForm::recurrent, 0}};
+        std::vector<std::pair<LinearForm, Index>> forms;
+        if (parallel_recurrent) forms = {{LinearForm::parallel, 0}, {LinearForm::recurrent, 0}};
         for (Index c : chunks) forms.emplace_back(LinearForm::chunkwise, c);
         for (const auto& f : forms) {
           std::vector<ts::Result> ref;
@@ -204,23 +203,64 @@ void check_forms(Index n, const std::vector<Index>& chunks, Branches& seen) {
       }
 }
 
+// Prefill np tokens in `form` into a LinearState, then step() to n = 100: the prefill rows are
+// that form's, the decoded rows the recurrent form's.
+template <class S>
+void check_prefill_then_decode(S, Index np, LinearForm form, Index chunk, double qa) {
+  const Index n = 100, H = 3, d = 16, dv = 24;
+  const Problem<S> p = make_problem<S>(n, H, H, d, dv, qa, 1.0, unsigned(np + 7));
+  const auto enc = peal::retnet_rotation<double>(int(d));
+  const LinearAttentionOptions opt = retnet_options(d, H, form, chunk);
+  peal::LinearState<std::decay_t<decltype(enc)>, S> state(enc, H, H, dv, opt);
+  std::vector<S> pre(std::size_t(np * H * dv), S(NAN)), dec(std::size_t((n - np) * H * dv), S(NAN));
+  const std::vector<double> t = positions(0, np);
+  peal::linear_attention(enc, p.Q(0, np), Positions(t), p.K(0, np), Positions(t), p.V(0, np),
+                         TensorView<S>(pre.data(), np, H, dv), opt, state);
+  for (Index i = np; i < n; ++i)
+    state.step(p.K(i, 1), p.V(i, 1), p.Q(i, 1), double(i),
+               TensorView<S>(dec.data() + (i - np) * H * dv, 1, H, dv));
+  std::vector<ts::Result> rp, rr;
+  for (Index h = 0; h < H; ++h) {
+    rp.push_back(reference(p, h, form, chunk));
+    rr.push_back(reference(p, h, LinearForm::recurrent, 0));
+  }
+  std::string w1, w2;
+  const LD e1 = worst_ratio(p, pre, 0, np, rp, long(np), w1);
+  const LD e2 = worst_ratio(p, dec, np, n - np, rr, long(n), w2);
+  INFO("prefill " << name(form) << " chunk " << chunk << " np " << np << " q amplitude " << qa
+                  << " storage " << (sizeof(S) == 4 ? "float" : "double") << ": prefill worst "
+                  << w1 << "; decode worst " << w2);
+  CHECK(e1 <= 1);
+  CHECK(e2 <= 1);
+  CHECK(state.time() == double(n - 1));
+}
+
 }  // namespace
 
-TEST_CASE("linear retnet: the three forms against torchscale (chunks dividing n)",
-          "[linear][retnet]") {
+TEST_CASE("linear retnet: parallel and recurrent forms against torchscale", "[linear][retnet]") {
   Branches seen;
-  check_forms<double>(1, {1}, seen);
-  check_forms<double>(7, {1, 7}, seen);
-  check_forms<double>(64, {16, 64}, seen);
-  check_forms<double>(130, {13, 65}, seen);
-  check_forms<float>(1, {1}, seen);
-  check_forms<float>(7, {7}, seen);
-  check_forms<float>(64, {16}, seen);
-  check_forms<float>(130, {13}, seen);
-  // Every branch of every normalisation was taken (else the comparison proves less).
+  for (Index n : {1, 7, 64, 130}) {
+    check_forms<double>(n, true, {}, seen);
+    check_forms<float>(n, true, {}, seen);
+  }
+  // Every branch of parallel_forward's clamp was taken (else the comparison proves less).
   CHECK(seen.par_low > 0);
   CHECK(seen.par_sum > 0);
   CHECK(seen.par_high > 0);
+}
+
+TEST_CASE("linear retnet: chunkwise form against torchscale (chunks dividing n)",
+          "[linear][retnet]") {
+  Branches seen;
+  check_forms<double>(1, false, {1}, seen);
+  check_forms<double>(7, false, {1, 7}, seen);
+  check_forms<double>(64, false, {16, 64}, seen);
+  check_forms<double>(130, false, {13, 65}, seen);
+  check_forms<float>(1, false, {1}, seen);
+  check_forms<float>(7, false, {7}, seen);
+  check_forms<float>(64, false, {16}, seen);
+  check_forms<float>(130, false, {13}, seen);
+  // Every branch of chunk_recurrent_forward's divisor max(I_i, K_c) was taken.
   CHECK(seen.chunk_one > 0);
   CHECK(seen.chunk_inner > 0);
   CHECK(seen.chunk_cross > 0);
@@ -231,9 +271,9 @@ TEST_CASE("linear retnet: a partial last chunk equals torchscale's zero padding"
   // torchscale pads to a multiple of the chunk size (RetNetDecoder.forward, F.pad) and drops
   // the padded rows; no factor of a kept row depends on later keys.
   Branches seen;
-  check_forms<double>(7, {3}, seen);
-  check_forms<double>(130, {32}, seen);
-  check_forms<float>(64, {5}, seen);
+  check_forms<double>(7, false, {3}, seen);
+  check_forms<double>(130, false, {32}, seen);
+  check_forms<float>(64, false, {5}, seen);
   CHECK(seen.chunk_cross > 0);
 }
 
@@ -272,42 +312,19 @@ TEST_CASE("linear retnet: LinearState continuing a prefill equals the recurrent 
   // torchscale decodes every token through recurrent_forward; peal may prefill with any form
   // (its output is that form's) and then step(): the state carries the running scale
   // c = S(i+1), so the decoded rows are the recurrent form's.
-  const auto check = [](auto tag, Index np, LinearForm form, Index chunk, double qa, double va) {
-    using S = decltype(tag);
-    const Index n = 100, H = 3, d = 16, dv = 24;
-    const Problem<S> p = make_problem<S>(n, H, H, d, dv, qa, va, unsigned(np + 7));
-    const auto enc = peal::retnet_rotation<double>(int(d));
-    const LinearAttentionOptions opt = retnet_options(d, H, form, chunk);
-    peal::LinearState<std::decay_t<decltype(enc)>, S> state(enc, H, H, dv, opt);
-    std::vector<S> pre(std::size_t(np * H * dv), S(NAN)),
-        dec(std::size_t((n - np) * H * dv), S(NAN));
-    const std::vector<double> t = positions(0, np);
-    peal::linear_attention(enc, p.Q(0, np), Positions(t), p.K(0, np), Positions(t), p.V(0, np),
-                           TensorView<S>(pre.data(), np, H, dv), opt, state);
-    for (Index i = np; i < n; ++i)
-      state.step(p.K(i, 1), p.V(i, 1), p.Q(i, 1), double(i),
-                 TensorView<S>(dec.data() + (i - np) * H * dv, 1, H, dv));
-    std::vector<ts::Result> rp, rr;
-    for (Index h = 0; h < H; ++h) {
-      rp.push_back(reference(p, h, form, chunk));
-      rr.push_back(reference(p, h, LinearForm::recurrent, 0));
-    }
-    std::string w1, w2;
-    const LD e1 = worst_ratio(p, pre, 0, np, rp, long(np), w1);
-    const LD e2 = worst_ratio(p, dec, np, n - np, rr, long(n), w2);
-    INFO("prefill " << name(form) << " chunk " << chunk << " np " << np << " q amplitude " << qa
-                    << " storage " << (sizeof(S) == 4 ? "float" : "double") << ": prefill worst "
-                    << w1 << "; decode worst " << w2);
-    CHECK(e1 <= 1);
-    CHECK(e2 <= 1);
-    CHECK(state.time() == double(n - 1));
-  };
   for (Index np : {1, 7, 64})
     for (double qa : {1.0, 30.0})
-      for (const auto& f : {std::make_pair(LinearForm::parallel, Index(0)),
-                            std::make_pair(LinearForm::recurrent, Index(0)),
-                            std::make_pair(LinearForm::chunkwise, Index(16))}) {
-        check(double(0), np, f.first, f.second, qa, 1.0);
-        check(float(0), np, f.first, f.second, qa, 1.0);
+      for (LinearForm form : {LinearForm::parallel, LinearForm::recurrent}) {
+        check_prefill_then_decode(double(0), np, form, 0, qa);
+        check_prefill_then_decode(float(0), np, form, 0, qa);
       }
+}
+
+TEST_CASE("linear retnet: LinearState continuing a chunkwise prefill equals the recurrent form",
+          "[linear][retnet]") {
+  for (Index np : {1, 7, 64})
+    for (double qa : {1.0, 30.0}) {
+      check_prefill_then_decode(double(0), np, LinearForm::chunkwise, 16, qa);
+      check_prefill_then_decode(float(0), np, LinearForm::chunkwise, 16, qa);
+    }
 }
