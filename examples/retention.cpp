@@ -17,8 +17,9 @@
 // torchscale's normalisations in part 3), from the raw q, k. The example exits non-zero if an
 // error exceeds the tolerance stated below.
 //
-// torchscale's normalisations are defined for integer positions (docs/linear-attention.md;
-// the formulas: tests/reference/retnet_torchscale.hpp), hence normalization = none in 1-2.
+// torchscale's normalisations are defined for integer positions (peal::LinearNorm in
+// include/peal/linear_options.hpp; the formulas: tests/reference/retnet_torchscale.hpp and
+// docs/presets.md §10), hence normalization = none in 1-2.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
