@@ -9,6 +9,13 @@
 // the differences; with decays every factor is ≤ 1. Storage and coordinates:
 // detail/linear_ops.hpp. One state per key head, or per query head when per-head decays are
 // given (the heads of a group then decay differently).
+//
+// Decoding a pure rotation (RoPE-style; a scalar decay allowed): step() switches the state to
+// the absolute frame, N = γ^(T0 − T) A(−T) M(T) with a reference time T0 per head, so that a
+// token costs what the bare rank-1 update and read cost: N += γ^(T0 − s) (G(s) k) v^T,
+// o = scale γ^(t − T0) (F(t) q)^T N, with no pass rotating the state (A(−T) is bounded for a
+// rotation). γ^(T0 − s) grows as s moves on: past 2^32 the state is rescaled and T0 moved
+// (once per ~22 / |ln γ| time units). Any other use converts back to the relative frame.
 #pragma once
 
 #include <cmath>
@@ -135,7 +142,8 @@ class LinearState {
   void update(TensorView<Tk> k, TensorView<Tv> v, double s) {
     check_token(k, st_.Hk, st_.d, "update (k)");
     check_token(v, st_.Hk, st_.dv, "update (v)");
-    add(k, v, s, nullptr, nullptr);
+    to_relative();
+    add<Tk, Tv, const C, C>(k, v, s, nullptr, nullptr);
   }
 
   /// out [1, Hq, dv] = scale γ^(t − time) q^T A(t − time) M for q [1, Hq, d]; t >= time().
@@ -149,11 +157,13 @@ class LinearState {
     const std::size_t nd = std::size_t(st_.d), ndv = std::size_t(st_.dv);
     std::vector<C> coef(q0_.size()), qh(nd), o(ndv), scratch(std::size_t(ops_.scratch_size()));
     std::vector<double> rel;
-    ops_.coefficients(&dt, 1, coef.data(), true, rel);
+    const double at = abs_ ? t : dt;  // absolute frame: F(t) q against N
+    ops_.coefficients(&at, 1, coef.data(), true, rel);
     for (Index h = 0; h < st_.Hq; ++h) {
       const Index s = st_.state_of(h);
-      const double g = std::exp(st_.lam[std::size_t(s)] * dt);
-      const double f = st_.scale * g;
+      const double lam = st_.lam[std::size_t(s)];
+      const double g = std::exp(lam * dt);
+      const double f = st_.scale * (abs_ ? std::exp(lam * (t - t0_[std::size_t(s)])) : g);
       ops_.load_rows(q, 0, 1, h, coef.data(), true, true, &f, qh.data(), scratch.data());
       ops_.step(const_cast<C*>(st_.w(s)), st_.dv, nullptr, C(1), nullptr, nullptr, qh.data(), 1,
                 o.data(), scratch.data());
@@ -164,6 +174,7 @@ class LinearState {
   /// M <- γ^(t − time) A(t − time) M and time <- t (t >= time()).
   void advance(double t) {
     check_time(t, "advance");
+    to_relative();
     if (st_.empty) {
       st_.time = t;
       return;
@@ -185,12 +196,23 @@ class LinearState {
     check_token(v, st_.Hk, st_.dv, "step (v)");
     check_token(q, st_.Hq, st_.d, "step (q)");
     check_token(out, st_.Hq, st_.dv, "step (out)");
+    if (ops_.bounded() && !st_.empty && st_.d > 0 && st_.dv > 0) {
+      check_time(s, "step");
+      step_absolute(k, v, q, s, out);
+      return;
+    }
+    to_relative();
     add(k, v, s, &q, &out);
   }
 
   /// M of state head σ in the original coordinates (d x dv, double; for inspection and
   /// tests): read back through unit queries, so it is exactly what read() sees.
   Matrix<double> matrix(Index sigma) const {
+    if (abs_) {
+      LinearState c = *this;
+      c.to_relative();
+      return c.matrix(sigma);
+    }
     const Index d = st_.d, dv = st_.dv;
     Matrix<double> M = Matrix<double>::Zero(d, dv);
     if (st_.empty) return M;
@@ -208,9 +230,11 @@ class LinearState {
     return M;
   }
 
-  /// The numbers (for linear_attention; not part of the user API).
-  detail::linear::StateData<C>& storage() { return st_; }
-  const detail::linear::StateData<C>& storage() const { return st_; }
+  /// The numbers, in the relative frame (for linear_attention; not part of the user API).
+  detail::linear::StateData<C>& storage() {
+    to_relative();
+    return st_;
+  }
   const E& encoding() const { return *enc_; }
 
  private:
@@ -296,9 +320,84 @@ class LinearState {
   std::shared_ptr<const E> enc_;  // shared: a coder may point into the encoding
   detail::linear::StateOps<C, E> ops_;
   detail::linear::StateData<C> st_;
-  std::vector<C> k0_, q0_, step_, scratch_, kh_, vc_, qh_, o_;
+  std::vector<C> k0_, q0_, step_, scratch_, kh_, vc_, qh_, o_, kabs_, qabs_;
   std::vector<double> rel_;
   double last_dt_ = std::numeric_limits<double>::quiet_NaN();
+  bool abs_ = false;        // W holds N (the absolute frame, see the top of the file)
+  std::vector<double> t0_;  // per state head: T0 of N
+
+  // Relative -> absolute frame: N = A(−T) M(T), T0 = T.
+  void to_absolute() {
+    const double minus_t = -st_.time;
+    step_.resize(q0_.size());
+    ops_.coefficients(&minus_t, 1, step_.data(), false, rel_);
+    last_dt_ = std::numeric_limits<double>::quiet_NaN();
+    scratch_.resize(std::size_t(ops_.scratch_size()));
+    for (Index s = 0; s < st_.heads; ++s) ops_.advance(st_.w(s), st_.dv, step_.data(), C(1), scratch_.data());
+    t0_.assign(std::size_t(st_.heads), st_.time);
+    abs_ = true;
+  }
+  // Absolute -> relative frame: M(T) = γ^(T − T0) A(T) N.
+  void to_relative() {
+    if (!abs_) return;
+    const double t = st_.time;
+    step_.resize(q0_.size());
+    ops_.coefficients(&t, 1, step_.data(), false, rel_);
+    last_dt_ = std::numeric_limits<double>::quiet_NaN();
+    scratch_.resize(std::size_t(ops_.scratch_size()));
+    for (Index s = 0; s < st_.heads; ++s)
+      ops_.advance(st_.w(s), st_.dv, step_.data(),
+                   C(std::exp(st_.lam[std::size_t(s)] * (t - t0_[std::size_t(s)]))), scratch_.data());
+    abs_ = false;
+  }
+  // The decode step in the absolute frame (see the top of the file).
+  template <class Tk, class Tv, class Tq, class To>
+  void step_absolute(const TensorView<Tk>& k, const TensorView<Tv>& v, const TensorView<Tq>& q,
+                     double s, TensorView<To>& out) {
+    if (!abs_) to_absolute();
+    const Index d = st_.d, dv = st_.dv, R = st_.readers();
+    const double dt = s - st_.time;
+    kabs_.resize(q0_.size());
+    qabs_.resize(q0_.size());
+    const double minus_s = -s;
+    ops_.coefficients(&minus_s, 1, kabs_.data(), false, rel_);  // G(s) = A(−s)
+    ops_.coefficients(&s, 1, qabs_.data(), true, rel_);         // F(s) = A(s)^T
+    scratch_.resize(std::size_t(ops_.scratch_size()));
+    kh_.resize(std::size_t(d));
+    vc_.resize(std::size_t(dv));
+    qh_.resize(std::size_t(R * d));
+    o_.resize(std::size_t(R * dv));
+    using RowMat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using Vec = Eigen::Matrix<C, Eigen::Dynamic, 1>;
+    Index loaded = -1;
+    for (Index sg = 0; sg < st_.heads; ++sg) {
+      const Index kh = st_.key_of(sg), h0 = st_.first_reader(sg);
+      const double lam = st_.lam[std::size_t(sg)];
+      double& t0 = t0_[std::size_t(sg)];
+      if (lam * (t0 - s) > 22.0) {  // γ^(T0 − s) > 2^32: rescale N to T0 = s
+        Eigen::Map<RowMat>(st_.w(sg), dv, d) *= C(std::exp(lam * (s - t0)));
+        t0 = s;
+      }
+      if (kh != loaded) {
+        ops_.load_rows(k, 0, 1, kh, kabs_.data(), true, false, nullptr, kh_.data(), scratch_.data());
+        const Index es = v.strides().elem;
+        for (Index e = 0; e < dv; ++e) vc_[std::size_t(e)] = detail::to_arith<C>(v.vector(0, kh)[e * es]);
+        loaded = kh;
+      }
+      Eigen::Map<RowMat> W(st_.w(sg), dv, d);
+      const Eigen::Map<const Vec> kv(kh_.data(), d), vv(vc_.data(), dv);
+      W.noalias() += (C(std::exp(lam * (t0 - s))) * vv) * kv.transpose();
+      const double g = std::exp(lam * dt);
+      st_.z[std::size_t(sg)] = g * st_.z[std::size_t(sg)] + 1.0;
+      const double f = st_.scale * std::exp(lam * (s - t0));
+      for (Index x = 0; x < R; ++x) {
+        ops_.load_rows(q, 0, 1, h0 + x, qabs_.data(), true, true, &f, qh_.data(), scratch_.data());
+        Eigen::Map<Vec>(o_.data(), dv).noalias() = W * Eigen::Map<const Vec>(qh_.data(), d);
+        write(out, h0 + x, o_.data(), norm_factor(sg, 1.0));
+      }
+    }
+    st_.time = s;
+  }
 };
 
 }  // namespace peal

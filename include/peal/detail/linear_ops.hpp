@@ -55,7 +55,10 @@ class StateOps {
 
   Index dim() const { return d_; }
   Index coef_size() const { return Index(coef_); }
-  bool identity() const { return identity_; }
+  /// A(δ) bounded for every δ (rotations only: no growth, decay or Jordan chain), so that a
+  /// state may be held in the absolute frame A(−T) M (LinearState's decode step).
+  bool bounded() const { return coder_.rate() == 0 && coder_.degree() == 0; }
+
   /// Scratch values apply() and step() need.
   Index scratch_size() const { return 4 * d_ + 4; }
 
