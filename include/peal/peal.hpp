@@ -20,6 +20,7 @@
 #include "encode.hpp"
 #include "scores.hpp"
 #include "attention.hpp"
+#include "linear_attention.hpp"
 // Presets (docs/presets.md). hf_config.hpp (needs nlohmann/json) is included explicitly.
 #include "rope.hpp"
 #include "alibi.hpp"

@@ -114,6 +114,18 @@ inline void gemm_ab(Index m, Index n, Index k, const C* a, Index lda, const C* b
                                                          alpha, blocking, nullptr);
 }
 
+/// res (m x n, row-major) += alpha A^T B, with A k x m and B k x n, both row-major (the
+/// state update M += V^T K of linear attention, detail/linear_ops.hpp): A^T is read as a
+/// column-major operand, without a transposed copy.
+template <class C>
+inline void gemm_atb(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+                     Index ldr, C alpha, level3_blocking<C>& blocking) {
+  Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::ColMajor, false, C,
+                                                 Eigen::RowMajor, false, Eigen::RowMajor,
+                                                 1>::run(m, n, k, a, lda, b, ldb, res, 1, ldr,
+                                                         alpha, blocking, nullptr);
+}
+
 /// SIMD packets of the native width Eigen's GEMM uses for C (size 1: a plain scalar).
 template <class C>
 using packet_t = typename Eigen::internal::packet_traits<C>::type;

@@ -1,0 +1,137 @@
+// The state operations of linear attention (linear_attention.hpp, linear_state.hpp), on the
+// coder protocol of the fused kernels (detail/scores_coders.hpp): whatever the encoding, its
+// coder tabulates A(δ) for a row of δ's and applies it to vectors, so the state needs nothing
+// per block type.
+//
+// A state is M = Σ_j A(T − s_j) k_j v_j^T (d x dv) at its own time T, held transposed,
+// W = M^T (dv rows of d: the columns of M contiguous), in the coder's coordinates: a key
+// enters as k̂ = coder.apply(A(T − s) table, k) (for a BasisChange this includes P^{-1}), the
+// state advances by coder.apply_factor(A(Δ) table) on each row of W, and a query reads
+// o = W q̂ with q̂ = coder.apply(A(t − T)^T table, q). Then q̂^T M̂ = q^T A(t − s) k for each
+// term, and every lag is ≥ 0 (T ≥ s_j, t ≥ T): with decays every factor is ≤ 1, and nothing
+// is ever evaluated at an absolute time.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "../view.hpp"
+#include "eigen_gemm.hpp"
+#include "scores_coders.hpp"
+#include "storage.hpp"
+
+namespace peal {
+namespace detail {
+namespace linear {
+
+using scores_kernels::coder_t;
+using scores_kernels::to_arith;
+
+/// A packing workspace for Eigen's GEMM of at most m x n x k (owned, reused; aligned as
+/// Eigen's packing stores need).
+template <class C>
+struct GemmSpace {
+  std::vector<C, Eigen::aligned_allocator<C>> a, b;
+  eigen_gemm::GemmBlocking<C> blocking;
+  void size(Index m, Index n, Index k) {
+    Index kc = std::max<Index>(k, 1), mc = std::max<Index>(m, 1), nc = std::max<Index>(n, 1);
+    eigen_gemm::product_blocking_sizes<C>(kc, mc, nc);
+    a.resize(std::size_t(kc * mc));
+    b.resize(std::size_t(kc * nc));
+    blocking = eigen_gemm::GemmBlocking<C>(mc, nc, kc, a.data(), b.data());
+  }
+};
+
+template <class C, class E>
+class StateOps {
+ public:
+  explicit StateOps(const E& enc)
+      : coder_(enc), d_(Index(coder_.dim())), identity_(coder_.identity()),
+        rel_(coder_.rel_size()), coef_(coder_.coef_size()) {}
+
+  Index dim() const { return d_; }
+  Index coef_size() const { return Index(coef_); }
+  bool identity() const { return identity_; }
+  /// Scratch values apply() needs.
+  Index scratch_size() const { return 4 * d_ + 4; }
+
+  /// Coefficient rows of A(delta[r]) (A^T when transpose), r < n, coef_size() apart.
+  void coefficients(const double* delta, Index n, C* coef, bool transpose,
+                    std::vector<double>& rel) const {
+    constexpr Index kRows = 64;
+    rel.resize(std::size_t(std::max<Index>(1, std::min(kRows, n)) * std::max(rel_, 1)));
+    for (Index r0 = 0; r0 < n; r0 += kRows) {
+      const Index m = std::min(kRows, n - r0);
+      coder_.relative(delta + r0, m, rel.data(), rel_);
+      coder_.compose(nullptr, rel.data(), rel_, m, coef + r0 * coef_, coef_, transpose);
+    }
+  }
+
+  /// dst row r (d values, ld d) = scale[r] A(δ_r) x_r (A^T when transpose), x_r row b + r of
+  /// head h of v; coef: one coefficient row per row (or one for all when shared), nullptr:
+  /// identity (no BasisChange either).
+  template <class T>
+  void load_rows(const TensorView<T>& v, Index b, Index n, Index h, const C* coef, bool shared,
+                 bool transpose, const double* scale, C* dst, C* scratch) const {
+    const Index es = v.strides().elem;
+    for (Index r = 0; r < n; ++r) {
+      const auto* src = v.vector(b + r, h);
+      C* o = dst + r * d_;
+      for (Index e = 0; e < d_; ++e) o[e] = to_arith<C>(src[e * es]);
+      if (coef && !identity_) coder_.apply(coef + (shared ? 0 : r * coef_), o, o, transpose, scratch);
+      if (scale) {
+        const C f = C(scale[r]);
+        for (Index e = 0; e < d_; ++e) o[e] *= f;
+      }
+    }
+  }
+
+  /// W (rows of d) <- g A(Δ) W row by row, coef the table of A(Δ) (keys' orientation).
+  void advance(C* W, Index rows, const C* coef, C g, C* scratch) const {
+    for (Index r = 0; r < rows; ++r) {
+      C* w = W + r * d_;
+      if (!identity_) coder_.apply_factor(coef, w, w, false, scratch);
+      if (g != C(1))
+        for (Index e = 0; e < d_; ++e) w[e] *= g;
+    }
+  }
+
+  /// One token in one pass over W: each row r becomes g A(Δ) w_r + v_r k̂ (coef == nullptr:
+  /// no advance; v == nullptr: no key), then o[x dv + r] = w_r · q̂_x for the nq rows q̂ (the
+  /// read of the decode step).
+  void step(C* W, Index rows, const C* coef, C g, const C* v, const C* k, const C* q, Index nq,
+            C* o, C* scratch) const {
+    for (Index r = 0; r < rows; ++r) {
+      C* PEAL_RESTRICT w = W + r * d_;
+      if (coef && !identity_) coder_.apply_factor(coef, w, w, false, scratch);
+      if (v) {
+        const C vr = v[r];
+        if (g != C(1))
+          for (Index e = 0; e < d_; ++e) w[e] = g * w[e] + vr * k[e];
+        else
+          for (Index e = 0; e < d_; ++e) w[e] += vr * k[e];
+      } else if (g != C(1)) {
+        for (Index e = 0; e < d_; ++e) w[e] *= g;
+      }
+      for (Index x = 0; x < nq; ++x) {
+        const C* PEAL_RESTRICT qx = q + x * d_;
+        C acc = 0;
+        for (Index e = 0; e < d_; ++e) acc += w[e] * qx[e];
+        o[x * rows + r] = acc;
+      }
+    }
+  }
+
+ private:
+  coder_t<C, E> coder_;
+  Index d_;
+  bool identity_;
+  int rel_, coef_;
+};
+
+}  // namespace linear
+}  // namespace detail
+}  // namespace peal

@@ -1,0 +1,304 @@
+// peal::LinearState: the recurrent state of linear attention (docs/linear-attention.md §3),
+//
+//     M(T) = Σ_{s_j ≤ T} γ^(T − s_j) A(T − s_j) k_j v_j^T        (d x dv per state head),
+//     M(T') = γ^(T' − T) A(T' − T) M(T) + (keys in (T, T']),      o = scale γ^(t − T) q^T A(t − T) M(T).
+//
+// The group law A(a)A(b) = A(a + b) is what lets the state advance by whatever gap comes, for
+// any generator, at real times. The state is held relative to its own time T (never F(t) or
+// G(s) at an absolute time), so gaps of 10^6 and times near 1.7e9 cost only the rounding of
+// the differences; with decays every factor is ≤ 1. Storage and coordinates:
+// detail/linear_ops.hpp. One state per key head, or per query head when per-head decays are
+// given (the heads of a group then decay differently).
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "detail/linear_ops.hpp"
+#include "errors.hpp"
+#include "linear_options.hpp"
+#include "view.hpp"
+
+namespace peal {
+namespace detail {
+namespace linear {
+
+/// The numbers of a state (what linear_attention reads and leaves).
+template <class C>
+struct StateData {
+  Index Hq = 0, Hk = 0, heads = 0, d = 0, dv = 0;
+  double time = std::numeric_limits<double>::quiet_NaN();  // NaN: never advanced
+  bool empty = true;                                         // no key yet
+  std::vector<C> W;        // heads x dv x d: W_σ = M_σ^T in the coder's coordinates
+  std::vector<double> z;   // per state head Σ_j γ^(time − s_j): RetNet's running scale
+  std::vector<double> lam; // per state head ln γ (0: no decay)
+  double scale = 1;
+  std::vector<double> decay;
+  LinearNorm norm = LinearNorm::none;
+
+  C* w(Index s) { return W.data() + s * dv * d; }
+  const C* w(Index s) const { return W.data() + s * dv * d; }
+  /// The state head query head h reads, and the key head feeding state head σ.
+  Index state_of(Index h) const { return heads == Hq ? h : h / (Hq / Hk); }
+  Index key_of(Index s) const { return heads == Hq ? s / (Hq / Hk) : s; }
+  /// Query heads reading state head σ: [first, first + count).
+  Index first_reader(Index s) const { return heads == Hq ? s : s * (Hq / Hk); }
+  Index readers() const { return heads == Hq ? 1 : Hq / Hk; }
+};
+
+/// 1/sqrt(d) unless given.
+inline double linear_scale(const LinearAttentionOptions& o, Index d) {
+  return o.scale ? *o.scale : 1.0 / std::sqrt(double(std::max<Index>(d, 1)));
+}
+
+inline void check_linear_options(const LinearAttentionOptions& o, Index Hq, const char* where) {
+  const std::string w(where);
+  if (o.scale && !std::isfinite(*o.scale)) fail(w + ": scale must be finite");
+  if (!o.decay.empty()) {
+    if (Index(o.decay.size()) != Hq)
+      fail(w + ": " + std::to_string(o.decay.size()) + " decays for " + std::to_string(Hq) +
+           " query heads (give one per query head, or none)");
+    for (double g : o.decay)
+      if (!(g > 0 && g <= 1)) {
+        std::ostringstream os;
+        os << w << ": decay gamma must be in (0, 1], got " << g;
+        fail(os.str());
+      }
+  }
+  if (o.chunk < 0) fail(w + ": chunk must be >= 0 (0: automatic)");
+  if (o.threads < 0) fail(w + ": threads must be >= 0");
+}
+
+template <class C>
+void init_state(StateData<C>& st, Index Hq, Index Hk, Index d, Index dv,
+                const LinearAttentionOptions& o) {
+  st.Hq = Hq, st.Hk = Hk, st.d = d, st.dv = dv;
+  st.heads = o.decay.empty() ? Hk : Hq;
+  st.W.assign(std::size_t(st.heads * dv * d), C(0));
+  st.z.assign(std::size_t(st.heads), 0.0);
+  st.lam.assign(std::size_t(st.heads), 0.0);
+  for (Index s = 0; s < st.heads && !o.decay.empty(); ++s)
+    st.lam[std::size_t(s)] = std::log(o.decay[std::size_t(s)]);
+  st.scale = linear_scale(o, d);
+  st.decay = o.decay;
+  st.norm = o.normalization;
+}
+
+}  // namespace linear
+}  // namespace detail
+
+/// The recurrent state of linear attention over encoding E, in arithmetic C (float or
+/// double): construct it, feed it keys in time order, read it at any later time; or let
+/// linear_attention(..., state) fill it from a prefill and continue from it.
+template <class E, class C = float>
+class LinearState {
+  static_assert(std::is_same<C, float>::value || std::is_same<C, double>::value,
+                "peal::LinearState: C must be float or double");
+
+ public:
+  /// Query heads Hq (a multiple of the key heads Hk), value size dv; scale, decay and
+  /// normalization from opt (the call that continues this state must pass the same).
+  LinearState(const E& enc, Index query_heads, Index key_heads, Index dv,
+              const LinearAttentionOptions& opt = {})
+      : enc_(std::make_shared<const E>(enc)), ops_(*enc_) {
+    const char* w = "LinearState";
+    if (key_heads <= 0 || query_heads <= 0 || query_heads % key_heads != 0)
+      detail::fail(std::string(w) + ": query heads (" + std::to_string(query_heads) +
+                   ") must be a positive multiple of key heads (" + std::to_string(key_heads) + ")");
+    if (dv < 0) detail::fail(std::string(w) + ": dv must be >= 0");
+    detail::linear::check_linear_options(opt, query_heads, w);
+    detail::linear::init_state(st_, query_heads, key_heads, Index(enc.dim()), dv, opt);
+    const double zero = 0;
+    k0_.resize(std::size_t(std::max<Index>(ops_.coef_size(), 1)));
+    q0_.resize(k0_.size());
+    ops_.coefficients(&zero, 1, k0_.data(), false, rel_);
+    ops_.coefficients(&zero, 1, q0_.data(), true, rel_);
+  }
+
+  bool empty() const { return st_.empty; }
+  /// Time of the last key or advance (NaN before either).
+  double time() const { return st_.time; }
+  Index dim() const { return st_.d; }
+  Index value_dim() const { return st_.dv; }
+  Index query_heads() const { return st_.Hq; }
+  Index key_heads() const { return st_.Hk; }
+  /// States held: key heads, or query heads when per-head decays are given.
+  Index heads() const { return st_.heads; }
+
+  /// Advance to s and add one token's keys k [1, Hk, d] and values v [1, Hk, dv]; s >= time().
+  template <class Tk, class Tv>
+  void update(TensorView<Tk> k, TensorView<Tv> v, double s) {
+    check_token(k, st_.Hk, st_.d, "update (k)");
+    check_token(v, st_.Hk, st_.dv, "update (v)");
+    add(k, v, s, nullptr, nullptr);
+  }
+
+  /// out [1, Hq, dv] = scale γ^(t − time) q^T A(t − time) M for q [1, Hq, d]; t >= time().
+  /// The state is not changed (a query may lie between keys). Before any key: zeros.
+  template <class Tq, class To>
+  void read(TensorView<Tq> q, double t, TensorView<To> out) const {
+    check_token(q, st_.Hq, st_.d, "read (q)");
+    check_token(out, st_.Hq, st_.dv, "read (out)");
+    check_time(t, "read");
+    const double dt = st_.empty ? 0.0 : t - st_.time;
+    const std::size_t nd = std::size_t(st_.d), ndv = std::size_t(st_.dv);
+    std::vector<C> coef(q0_.size()), qh(nd), o(ndv), scratch(std::size_t(ops_.scratch_size()));
+    std::vector<double> rel;
+    ops_.coefficients(&dt, 1, coef.data(), true, rel);
+    for (Index h = 0; h < st_.Hq; ++h) {
+      const Index s = st_.state_of(h);
+      const double g = std::exp(st_.lam[std::size_t(s)] * dt);
+      const double f = st_.scale * g;
+      ops_.load_rows(q, 0, 1, h, coef.data(), true, true, &f, qh.data(), scratch.data());
+      ops_.step(const_cast<C*>(st_.w(s)), st_.dv, nullptr, C(1), nullptr, nullptr, qh.data(), 1,
+                o.data(), scratch.data());
+      write(out, h, o.data(), norm_factor(s, g));
+    }
+  }
+
+  /// M <- γ^(t − time) A(t − time) M and time <- t (t >= time()).
+  void advance(double t) {
+    check_time(t, "advance");
+    if (st_.empty) {
+      st_.time = t;
+      return;
+    }
+    const double dt = t - st_.time;
+    const C* coef = step_coef(dt);
+    for (Index s = 0; s < st_.heads; ++s) {
+      const double g = std::exp(st_.lam[std::size_t(s)] * dt);
+      ops_.advance(st_.w(s), st_.dv, coef, C(g), scratch_.data());
+      st_.z[std::size_t(s)] *= g;
+    }
+    st_.time = t;
+  }
+
+  /// update(k, v, s) then read(q, s, out), in one pass over each state (the decode step).
+  template <class Tk, class Tv, class Tq, class To>
+  void step(TensorView<Tk> k, TensorView<Tv> v, TensorView<Tq> q, double s, TensorView<To> out) {
+    check_token(k, st_.Hk, st_.d, "step (k)");
+    check_token(v, st_.Hk, st_.dv, "step (v)");
+    check_token(q, st_.Hq, st_.d, "step (q)");
+    check_token(out, st_.Hq, st_.dv, "step (out)");
+    add(k, v, s, &q, &out);
+  }
+
+  /// M of state head σ in the original coordinates (d x dv, double; for inspection and
+  /// tests): read back through unit queries, so it is exactly what read() sees.
+  Matrix<double> matrix(Index sigma) const {
+    const Index d = st_.d, dv = st_.dv;
+    Matrix<double> M = Matrix<double>::Zero(d, dv);
+    if (st_.empty) return M;
+    const std::size_t nd = std::size_t(d), ndv = std::size_t(dv);
+    std::vector<C> qh(nd), o(ndv), scratch(std::size_t(ops_.scratch_size())), e(nd);
+    for (Index i = 0; i < d; ++i) {
+      std::fill(e.begin(), e.end(), C(0));
+      e[std::size_t(i)] = 1;
+      const TensorView<const C> ev(e.data(), 1, 1, d);
+      ops_.load_rows(ev, 0, 1, 0, q0_.data(), true, true, nullptr, qh.data(), scratch.data());
+      ops_.step(const_cast<C*>(st_.w(sigma)), dv, nullptr, C(1), nullptr, nullptr, qh.data(), 1,
+                o.data(), scratch.data());
+      for (Index c = 0; c < dv; ++c) M(i, c) = double(o[std::size_t(c)]);
+    }
+    return M;
+  }
+
+  /// The numbers (for linear_attention; not part of the user API).
+  detail::linear::StateData<C>& storage() { return st_; }
+  const detail::linear::StateData<C>& storage() const { return st_; }
+  const E& encoding() const { return *enc_; }
+
+ private:
+  template <class T>
+  static void check_token(const TensorView<T>& x, Index heads, Index dim, const char* what) {
+    if (x.tokens() != 1 || x.heads() != heads || x.dim() != dim) {
+      std::ostringstream os;
+      os << "LinearState::" << what << ": expected [1, " << heads << ", " << dim << "], got ["
+         << x.tokens() << ", " << x.heads() << ", " << x.dim() << "]";
+      detail::fail(os.str());
+    }
+  }
+  void check_time(double t, const char* what) const {
+    detail::require_finite(t, what, "time");
+    if (!std::isnan(st_.time) && t < st_.time) {
+      std::ostringstream os;
+      os.precision(17);
+      os << "LinearState::" << what << ": time " << t << " is before the state's time "
+         << st_.time << " (keys and queries must come in non-decreasing time)";
+      detail::fail(os.str());
+    }
+  }
+  // RetNet's recurrent normalisation of a read at γ^(t − time) = g: 1/sqrt(g z).
+  double norm_factor(Index s, double g) const {
+    if (st_.norm != LinearNorm::retnet) return 1.0;
+    const double z = g * st_.z[std::size_t(s)];
+    return z > 0 ? 1.0 / std::sqrt(z) : 0.0;
+  }
+  template <class To>
+  void write(TensorView<To>& out, Index h, const C* o, double f) const {
+    const Index es = out.strides().elem;
+    To* dst = out.vector(0, h);
+    for (Index e = 0; e < st_.dv; ++e)
+      dst[e * es] = detail::from_arith<To>(f == 1.0 ? o[e] : C(double(o[e]) * f));
+  }
+  // The table of A(Δ) for advancing, kept while Δ repeats (regular steps).
+  const C* step_coef(double dt) {
+    if (!(dt == last_dt_)) {
+      step_.resize(q0_.size());
+      ops_.coefficients(&dt, 1, step_.data(), false, rel_);
+      last_dt_ = dt;
+    }
+    scratch_.resize(std::size_t(ops_.scratch_size()));
+    return step_.data();
+  }
+  template <class Tk, class Tv, class Tq, class To>
+  void add(const TensorView<Tk>& k, const TensorView<Tv>& v, double s, const TensorView<Tq>* q,
+           TensorView<To>* out) {
+    check_time(s, q ? "step" : "update");
+    const Index d = st_.d, dv = st_.dv, R = st_.readers();
+    const double dt = st_.empty ? 0.0 : s - st_.time;
+    const C* coef = dt != 0 ? step_coef(dt) : nullptr;
+    scratch_.resize(std::size_t(ops_.scratch_size()));
+    kh_.resize(std::size_t(d));
+    vc_.resize(std::size_t(dv));
+    qh_.resize(std::size_t(R * d));
+    o_.resize(std::size_t(R * dv));
+    Index loaded = -1;
+    for (Index sg = 0; sg < st_.heads; ++sg) {
+      const Index kh = st_.key_of(sg);
+      if (kh != loaded) {
+        ops_.load_rows(k, 0, 1, kh, k0_.data(), true, false, nullptr, kh_.data(), scratch_.data());
+        const Index es = v.strides().elem;
+        for (Index e = 0; e < dv; ++e) vc_[std::size_t(e)] = detail::to_arith<C>(v.vector(0, kh)[e * es]);
+        loaded = kh;
+      }
+      const double g = std::exp(st_.lam[std::size_t(sg)] * dt);
+      const Index h0 = st_.first_reader(sg);
+      if (q)
+        for (Index x = 0; x < R; ++x)
+          ops_.load_rows(*q, 0, 1, h0 + x, q0_.data(), true, true, &st_.scale, qh_.data() + x * d,
+                         scratch_.data());
+      ops_.step(st_.w(sg), dv, coef, C(g), vc_.data(), kh_.data(), qh_.data(), q ? R : 0, o_.data(),
+                scratch_.data());
+      st_.z[std::size_t(sg)] = g * st_.z[std::size_t(sg)] + 1.0;
+      if (q)
+        for (Index x = 0; x < R; ++x) write(*out, h0 + x, o_.data() + x * dv, norm_factor(sg, 1.0));
+    }
+    st_.time = s;
+    st_.empty = false;
+  }
+
+  std::shared_ptr<const E> enc_;  // shared: a coder may point into the encoding
+  detail::linear::StateOps<C, E> ops_;
+  detail::linear::StateData<C> st_;
+  std::vector<C> k0_, q0_, step_, scratch_, kh_, vc_, qh_, o_;
+  std::vector<double> rel_;
+  double last_dt_ = std::numeric_limits<double>::quiet_NaN();
+};
+
+}  // namespace peal
