@@ -10,6 +10,8 @@
 //   reference without the decay, with a decay or a scale slightly off).
 // The encoding families: tests/test_linear_families.cpp.
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "linear_suite.hpp"
@@ -392,6 +394,9 @@ TEST_CASE("linear attention: RetNet gamma = 1 - 2^-5 over 65536 tokens, float ag
         first = os.str();
       }
     }
+    if (std::getenv("PEAL_LINEAR_REPORT"))
+      std::printf("RetNet 65536 %s: worst err/tol %.3Lg, worst err/sum|terms| %.3Lg\n",
+                  form_name(form), worst, worst_rel);
     CAPTURE(form_name(form), double(worst), double(worst_rel));
     INFO(first);
     CHECK(nonfinite == 0);
