@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <peal/linear_attention.hpp>
@@ -424,11 +426,22 @@ FormsResult check_forms(const E& enc, const EL& el, const Setup& su, std::mt1993
     opt.chunk = r.first == LinearForm::chunkwise ? r.second : 0;
     const Index chunk = std::max<Index>(1, std::min(r.second, std::max<Index>(nk, 1)));
     run_linear<Full>(enc, q, pq, k, pk, v, out, opt);
-    const LD w = std::max(spread(su.tq, chunk), spread(su.tk, chunk));
-    const LD rho =
-        o.degree > 0 ? std::min(Tol<float>::score_rho(o.degree, w / 2, w / 2), budget) : 1;
-    const Bound b = dbl ? Bound::of<double>(eps_out, floor_out, d, chunk, rho, lag_rate, w)
-                        : Bound::of<float>(eps_out, floor_out, d, chunk, rho, lag_rate, w);
+    auto bound_of = [&](Index ch) {
+      const LD ws = std::max(spread(su.tq, ch), spread(su.tk, ch));
+      const LD rh =
+          o.degree > 0 ? std::min(Tol<float>::score_rho(o.degree, ws / 2, ws / 2), budget) : 1;
+      return dbl ? Bound::of<double>(eps_out, floor_out, d, ch, rh, lag_rate, ws)
+                 : Bound::of<float>(eps_out, floor_out, d, ch, rh, lag_rate, ws);
+    };
+    // The automatic form may be any of the three: the largest of their bounds.
+    const bool any = r.first == LinearForm::automatic;
+    const Bound b1 = bound_of(chunk), b2 = bound_of(1), b3 = bound_of(std::min<Index>(64, std::max<Index>(nk, 1))),
+                b4 = bound_of(std::max<Index>(nk, 1));
+    auto b = [&](LD ref_, LD S_, LD T_, LD L_, bool dbl_) {
+      LD t = b1(ref_, S_, T_, L_, dbl_);
+      if (any) t = std::max({t, b2(ref_, S_, T_, L_, dbl_), b3(ref_, S_, T_, L_, dbl_), b4(ref_, S_, T_, L_, dbl_)});
+      return t;
+    };
     std::ostringstream what;
     what << form_name(r.first) << " (chunk " << r.second << "), " << describe(su);
     const LD before = res.check.worst;
@@ -436,6 +449,9 @@ FormsResult check_forms(const E& enc, const EL& el, const Setup& su, std::mt1993
     if (res.check.worst > before) res.worst_at = what.str();
     ++res.runs;
   }
+  if (std::getenv("PEAL_LINEAR_REPORT"))
+    std::printf("check_forms: %lld runs, worst err/tol %.3Lg (%s)\n", (long long)res.runs,
+                res.check.worst, res.worst_at.c_str());
   return res;
 }
 
