@@ -101,6 +101,7 @@ struct GrowingFam {
 }  // namespace
 
 TEST_CASE("linear families: the selection by eigenvalues rejects growth", "[linear]") {
+  CAPTURE(GrowingFam::name);
   const auto g = twins_without_growth<GrowingFam>(7, Regime::Random, 64);
   CHECK_FALSE(g.found);
   CHECK(max_real_part(g.el) > 0);
