@@ -59,109 +59,17 @@
 #include <omp.h>
 #endif
 
+#include "bench_common.hpp"
+
 namespace {
 
+using namespace peal_bench;
 using peal::AttentionOptions;
 using peal::Index;
 using peal::Positions;
 using peal::ScoreOptions;
 using peal::TensorView;
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
-using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
-using clock_type = std::chrono::steady_clock;
 
-constexpr Index kDim = 128;
-
-#if defined(EIGEN_USE_BLAS) && (defined(__GNUC__) || defined(__clang__))
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
-void set_blas_threads(int t) {
-  if (openblas_set_num_threads) openblas_set_num_threads(t);
-}
-#else
-void set_blas_threads(int) {}
-#endif
-
-void set_threads(int t) {
-#ifdef _OPENMP
-  omp_set_num_threads(t);
-#endif
-  Eigen::setNbThreads(t);
-  set_blas_threads(t);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.empty() ? 0.0 : v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> N;
-  std::vector<float> x(n);
-  for (auto& e : x) e = N(rng);
-  return x;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
-  return m;
-}
-
-/// The RoPE preset of a Llama-style config (theta 10^4, half-split, head_dim 128).
-peal::RopeEncoding<double> rope_preset() {
-  peal::RopeConfig c;
-  c.head_dim = int(kDim);
-  c.rope_theta = 10000.0;
-  c.layout = peal::Layout::HalfSplit;
-  return peal::rope<double>(c);
-}
-
-// ---- The paired harness -------------------------------------------------------------------
-
-struct Contender {
-  std::string name;  // counter prefix ("" for peal, the first contender)
-  int threads;       // set before its clock starts (OpenMP, Eigen)
-  std::function<void()> run;
-};
-
-/// Every iteration runs each contender once (rotating the first), the clock around each run.
-/// Counters: <unit> (peal's rate from its median time, `work` units per run), <name>_<unit>
-/// for the others, best_<unit> and <name>_best_<unit> from the fastest run, vs_<name> =
-/// median of t_name / t_peal. Manual time: peal's.
-void paired_run(benchmark::State& state, const std::vector<Contender>& cs, double work,
-                const std::string& unit) {
-  const std::size_t C = cs.size();
-  std::vector<std::vector<double>> times(C), ratios(C);
-  std::vector<double> t(C);
-  std::size_t first = 0;
-  for (auto _ : state) {
-    for (std::size_t r = 0; r < C; ++r) {
-      const std::size_t c = (first + r) % C;
-      set_threads(cs[c].threads);
-      const auto t0 = clock_type::now();
-      cs[c].run();
-      benchmark::ClobberMemory();
-      t[c] = std::chrono::duration<double>(clock_type::now() - t0).count();
-    }
-    first = (first + 1) % C;
-    for (std::size_t c = 0; c < C; ++c) {
-      times[c].push_back(t[c]);
-      ratios[c].push_back(t[c] / t[0]);
-    }
-    state.SetIterationTime(t[0]);
-  }
-  for (std::size_t c = 0; c < C; ++c) {
-    const std::string pre = c == 0 ? "" : cs[c].name + "_";
-    state.counters[pre + unit] = work / median(times[c]);
-    // The fastest run: on a machine shared with other jobs, the closest to an idle core.
-    state.counters[pre + "best_" + unit] =
-        work / *std::min_element(times[c].begin(), times[c].end());
-    if (c > 0) state.counters["vs_" + cs[c].name] = median(ratios[c]);
-  }
-}
 
 // ---- Prefill ------------------------------------------------------------------------------
 

@@ -205,3 +205,45 @@ TEST_CASE("attention: working memory does not grow with nq x nk", "[attention][m
     CHECK(large <= small + 64 * (65536 - 4096));
   }
 }
+
+// linear_attention() (include/peal/linear_attention.hpp): the chunkwise form holds one chunk's
+// rows (the tile driver's working memory for a chunk, the chunk's encoded keys, values and the
+// state's part of its queries) and the d x dv states; the parallel form is the tile driver
+// with LinearSink (the same bound as attention above). What grows with n: the positions
+// copied once (t, s: 16 bytes a token) and the tile plans. Checked: n = 512 -> 8192 (the
+// pairs grow by 60 million floats per head, 250 MB as a matrix) adds at most 64 bytes a token
+// in either form (a chunkwise buffer sized by all queries, 2 MB here, failed it), and for
+// the parallel form its query block, capped as attention's above
+// (1 MiB of encoded queries, the sink's O rows beside it: dv / d MiB more, and A: 8 bytes a
+// row, 2 MiB + 16 bytes a block row in all).
+TEST_CASE("linear_attention: working memory does not grow with n x n", "[linear][memory]") {
+  const Index d = 64, H = 4;
+  const auto enc = bank(int(d / 2), 0.0);
+  auto peak_linear = [&](Index n, peal::LinearForm form) {
+    std::vector<float> q(std::size_t(n * H * d), 0.25f), k(q.size(), 0.5f), v(q.size(), 1.0f),
+        out(q.size());
+    peal::LinearAttentionOptions opt;
+    opt.form = form, opt.threads = 1, opt.decay = {0.99, 0.9, 0.5, 1.0};
+    long long result = 0;
+    std::thread worker([&] {
+      const long long before = live.load();
+      peak.store(before);
+      counting.store(true);
+      peal::linear_attention(enc, TensorView<const float>(q.data(), n, H, d),
+                             Positions::sequence(0.0), TensorView<const float>(k.data(), n, H, d),
+                             Positions::sequence(0.0), TensorView<const float>(v.data(), n, H, d),
+                             TensorView<float>(out.data(), n, H, d), opt);
+      counting.store(false);
+      result = peak.load() - before;
+    });
+    worker.join();
+    return result;
+  };
+  for (auto form : {peal::LinearForm::chunkwise, peal::LinearForm::parallel}) {
+    const long long small = peak_linear(512, form), large = peak_linear(8192, form);
+    INFO("form " << int(form) << ": peak " << small << " bytes at n = 512, " << large
+                 << " at n = 8192");
+    const long long block = form == peal::LinearForm::parallel ? (2 << 20) + 16 * 8192 : 0;
+    CHECK(large <= small + block + 64 * (8192 - 512));
+  }
+}

@@ -326,6 +326,19 @@ struct Tol {
            4 * std::numeric_limits<double>::epsilon() * (std::abs(lse) + L);
   }
 
+  // ---- linear attention with RetNet's normalisation (tests/test_linear_retnet.cpp). S is the
+  // arithmetic type C. One output element o_i[e] = sum_{j<=i} w_ij v_j[e] / D_i against the long
+  // double reference tests/reference/retnet_torchscale.hpp (Result::bound, Result::cond):
+  //   |o - ref| <= linear_retention(d, n) (B_i[e] + cond_i |ref|) + eps_T |ref| + floor_T,
+  // B_i[e] = sum_j gamma^(i-j) |q_i| |k_j| scale |v_j[e]| / (sqrt(S) D_i) bounds the terms: each
+  // w_ij is a d-term dot product of rotated rows plus a few roundings (rotation coefficients,
+  // decay power, scale, mask norm: ~8; Higham, Thm 3.5), summed over <= n keys or carried through
+  // <= n state updates (one rounding of each state entry per update, on decayed older terms);
+  // the divisor D_i (an abs sum of the same terms, or K_c, the 1-norm of the chunk state) has the
+  // same relative error times its conditioning cond_i (the terms' bound over the divisor), which
+  // moves o by cond_i |o|. (d + n + 8) eps for the first order u sums, factor 4 of slack.
+  static long double linear_retention(int d, long n) { return 4.0L * (d + n + 8) * eps; }
+
   // ---- linear attention (tests/linear_suite.hpp, test_linear_attention.cpp,
   // test_linear_families.cpp). S is the arithmetic type C. Against the long double double sum
   //   o_ie = scale sum_j gamma^tau_ij (q_i^T A(tau_ij) k_j) v_je,

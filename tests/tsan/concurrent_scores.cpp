@@ -1,4 +1,4 @@
-// peal::scores and peal::attention called concurrently from two std::threads on shared const
+// peal::scores, peal::attention and peal::linear_attention called concurrently from two std::threads on shared const
 // inputs, each into its own output, must give bitwise the single-threaded result: the
 // kernels' mutable state (the thread-local arena and table cache of the tile driver,
 // include/peal/detail/tile_run.hpp and detail/arena.hpp) must not be shared between callers. Built with -fsanitize=thread by scripts/tsan.sh (data races halt it
@@ -102,6 +102,22 @@ std::vector<float> run_attention(const E& enc, const Problem& p, bool decode) {
   return out;
 }
 
+// Linear attention with v = k: chunkwise (one key head per OpenMP thread, a tile run per
+// chunk) or parallel (one tile run over everything), with per-head decays.
+template <class E>
+std::vector<float> run_linear(const E& enc, const Problem& p, peal::LinearForm form) {
+  std::vector<float> out(std::size_t(p.nq * p.Hq * p.d), 12345.0f);
+  TensorView<const float> qv(p.q.data(), p.nq, p.Hq, p.d), kv(p.k.data(), p.nk, p.Hk, p.d);
+  peal::LinearAttentionOptions opt;
+  opt.decay = p.opt.decay;
+  opt.form = form;
+  opt.chunk = 32;
+  opt.threads = p.opt.threads;
+  peal::linear_attention(enc, qv, p.pq(), kv, p.pk(), kv,
+                         TensorView<float>(out.data(), p.nq, p.Hq, p.d), opt);
+  return out;
+}
+
 // One problem: an encoding, its inputs and the single-threaded result.
 struct Job {
   const char* name;
@@ -167,6 +183,10 @@ int main() {
       {"decode rope, split keys", [&] { return run_attention(rope64, rope_even, true); }, {}},
       {"decode xpos+jordan3, irregular", [&] { return run_attention(decaying, dec_irr, true); },
        {}},
+      {"linear chunkwise rope, irregular",
+       [&] { return run_linear(rope64, rope_irr, peal::LinearForm::chunkwise); }, {}},
+      {"linear parallel xpos+jordan3",
+       [&] { return run_linear(decaying, dec_even, peal::LinearForm::parallel); }, {}},
   };
   const int bad = check(jobs);
   std::printf(bad ? "concurrent_scores: FAILED\n"

@@ -278,10 +278,11 @@ class LinearRun {
     const Index nc = (nk_ + chunk_ - 1) / chunk_;
     double T = st_.time;
     bool empty = st_.empty;
-    std::vector<C> base(std::size_t(std::max<Index>(nq_, 1) * G_ * dv_));
+    std::vector<C> base;  // the state's part of one chunk's queries (sized by them)
     std::vector<double> floor(std::size_t(G_), 1.0);
     if (nc == 0) {  // no keys: every query reads the state
       prepare(w, nq_);
+      base.resize(std::size_t(nq_ * G_ * dv_));
       if (!empty && nq_ > 0) read_base(w, kh, 0, nq_, T, base.data());
       pairs(0, nq_, 0, 0, kh, 1, empty ? nullptr : base.data(), 1);
       return;
@@ -297,6 +298,7 @@ class LinearRun {
       if (m > 0) {
         if (!empty) {
           if (Index(w.qrows.size()) < m * d_) prepare(w, m);
+          if (Index(base.size()) < m * G_ * dv_) base.resize(std::size_t(m * G_ * dv_));
           read_base(w, kh, i0, m, T, base.data());
         }
         if (!norm_.empty()) chunk_floor(w, kh, c, T, empty, floor.data());

@@ -264,7 +264,75 @@ class RotationBankCoder {
     }
   }
 
+  // Rows of a linear-attention state step (detail/linear_ops.hpp) in one pass: each row
+  // w_r (ld apart) <- g A w_r + v_r k (A = coef, the keys' orientation), and o[r] += w_r · q.
+  // Four rows at a time, so that the table, k and q are loaded once for four rows. Optional
+  // in the coder protocol (has_step_rows); a composition has it when every part has.
+  void step_rows(const C* coef, C g, C* W, Index ld, Index rows, const C* v, const C* k,
+                 const C* q, C* o) const {
+    if (interleaved_)
+      step_rows_impl<true>(coef, g, W, ld, rows, v, k, q, o);
+    else
+      step_rows_impl<false>(coef, g, W, ld, rows, v, k, q, o);
+  }
+
  private:
+  // Interleaved pairs (2b, 2b + 1), z = (c, u): (x0 c − x1 u, x0 u + x1 c), as apply's
+  // complex product; half-split pairs (b, b + nb), [c | s]: (c x0 + s x1, c x1 − s x0).
+  template <bool Inter>
+  void step_rows_impl(const C* PEAL_RESTRICT coef, C g, C* PEAL_RESTRICT W, Index ld, Index rows,
+                      const C* PEAL_RESTRICT v, const C* PEAL_RESTRICT k, const C* PEAL_RESTRICT q,
+                      C* PEAL_RESTRICT o) const {
+    const int nb = nb_;
+    constexpr int st = Inter ? 2 : 1;
+    const int off = Inter ? 1 : nb;
+    const C* PEAL_RESTRICT cc = coef;
+    const C* PEAL_RESTRICT ss = Inter ? coef + 1 : coef + nb;
+    constexpr C sgn = Inter ? C(-1) : C(1);
+    Index r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      C* PEAL_RESTRICT w0 = W + r * ld;
+      C* PEAL_RESTRICT w1 = w0 + ld;
+      C* PEAL_RESTRICT w2 = w1 + ld;
+      C* PEAL_RESTRICT w3 = w2 + ld;
+      const C v0 = v[r], v1 = v[r + 1], v2 = v[r + 2], v3 = v[r + 3];
+      C a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+      for (int b = 0; b < nb; ++b) {
+        const int e0 = b * st, e1 = e0 + off;
+        const C c = g * cc[b * st], sn = sgn * g * ss[b * st];
+        const C k0 = k[e0], k1 = k[e1], q0 = q[e0], q1 = q[e1];
+        C x0 = w0[e0], x1 = w0[e1];
+        C y0 = c * x0 + sn * x1 + v0 * k0, y1 = c * x1 - sn * x0 + v0 * k1;
+        w0[e0] = y0, w0[e1] = y1, a0 += y0 * q0 + y1 * q1;
+        x0 = w1[e0], x1 = w1[e1];
+        y0 = c * x0 + sn * x1 + v1 * k0, y1 = c * x1 - sn * x0 + v1 * k1;
+        w1[e0] = y0, w1[e1] = y1, a1 += y0 * q0 + y1 * q1;
+        x0 = w2[e0], x1 = w2[e1];
+        y0 = c * x0 + sn * x1 + v2 * k0, y1 = c * x1 - sn * x0 + v2 * k1;
+        w2[e0] = y0, w2[e1] = y1, a2 += y0 * q0 + y1 * q1;
+        x0 = w3[e0], x1 = w3[e1];
+        y0 = c * x0 + sn * x1 + v3 * k0, y1 = c * x1 - sn * x0 + v3 * k1;
+        w3[e0] = y0, w3[e1] = y1, a3 += y0 * q0 + y1 * q1;
+      }
+      o[r] += a0, o[r + 1] += a1, o[r + 2] += a2, o[r + 3] += a3;
+    }
+    for (; r < rows; ++r) {
+      C* PEAL_RESTRICT w0 = W + r * ld;
+      const C v0 = v[r];
+      C a0 = 0;
+#pragma omp simd reduction(+ : a0)
+      for (int b = 0; b < nb; ++b) {
+        const int e0 = b * st, e1 = e0 + off;
+        const C c = g * cc[b * st], sn = sgn * g * ss[b * st];
+        const C x0 = w0[e0], x1 = w0[e1];
+        const C y0 = c * x0 + sn * x1 + v0 * k[e0], y1 = c * x1 - sn * x0 + v0 * k[e1];
+        w0[e0] = y0, w0[e1] = y1, a0 += y0 * q[e0] + y1 * q[e1];
+      }
+      o[r] += a0;
+    }
+  }
+
   // Half-split rotation y_lo = c x_lo + s x_hi, y_hi = c x_hi − s x_lo. Separate functions
   // with restrict-qualified parameters: g++ ignores restrict on local pointers and, unable
   // to rule out aliasing, left the loop scalar (measured: 14 % of a 512-token fused run).
@@ -451,6 +519,20 @@ class PassThroughCoder {
   void apply_factor(const C* c, const C* src, C* dst, bool t, C* scratch) const {
     apply(c, src, dst, t, scratch);
   }
+  void step_rows(const C*, C g, C* W, Index ld, Index rows, const C* v, const C* PEAL_RESTRICT k,
+                 const C* PEAL_RESTRICT q, C* o) const {
+    for (Index r = 0; r < rows; ++r) {
+      C* PEAL_RESTRICT w = W + r * ld;
+      const C vr = v[r];
+      C acc = 0;
+#pragma omp simd reduction(+ : acc)
+      for (int e = 0; e < n_; ++e) {
+        w[e] = g * w[e] + vr * k[e];
+        acc += w[e] * q[e];
+      }
+      o[r] += acc;
+    }
+  }
 
  private:
   int n_;
@@ -479,6 +561,16 @@ void apply_both(const K& k, const C* coef, const C* coefx, const C* src, C* dst,
     k.apply_factor(coefx, dst, dst, transpose, scratch);
   }
 }
+
+/// Coders with step_rows (the fused rows of a linear-attention state step,
+/// detail/linear_ops.hpp).
+template <class K, class C, class = void>
+struct has_step_rows : std::false_type {};
+template <class K, class C>
+struct has_step_rows<K, C, std::void_t<decltype(std::declval<const K&>().step_rows(
+                               (const C*)nullptr, C(1), (C*)nullptr, Index(0), Index(0),
+                               (const C*)nullptr, (const C*)nullptr, (const C*)nullptr,
+                               (C*)nullptr))>> : std::true_type {};
 
 /// BlockDiagonal: each part's coder on its coordinates and on its columns of the tables.
 /// Split: the polynomial parts are left to the per-pair epilogue (their coordinates are zero).
@@ -531,6 +623,13 @@ class BlockDiagonalCoder {
     each([&](const auto& c, std::size_t i) {
       scores_kernels::apply_both(c, coef + coef_off_[i], coefx + coef_off_[i], src + off_[i],
                                  dst + off_[i], transpose, scratch);
+    });
+  }
+  template <bool All = (has_step_rows<part_coder_t<C, Parts, Split>, C>::value && ...)>
+  std::enable_if_t<All> step_rows(const C* coef, C g, C* W, Index ld, Index rows, const C* v,
+                                  const C* k, const C* q, C* o) const {
+    each([&](const auto& c, std::size_t i) {
+      c.step_rows(coef + coef_off_[i], g, W + off_[i], ld, rows, v, k + off_[i], q + off_[i], o);
     });
   }
 

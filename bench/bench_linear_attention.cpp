@@ -1,0 +1,197 @@
+// Benchmarks of peal::linear_attention and peal::LinearState (include/peal/linear_attention.hpp,
+// linear_state.hpp); results and commands: bench/README.md, "Linear attention". f32, 1 thread,
+// d = dv = 128, 4 heads (Hq = Hk = 4), RoPE (Llama-style preset) with a RetNet-style scalar
+// decay γ_h = 1 − 2^(−5−h) per head, positions 0..n-1.
+//
+//   forms/<n>       contenders in one paired run: peal chunkwise (automatic chunk), peal
+//       parallel (every visible pair, tiled, fused: S V per tile), the unfused parallel form
+//       (peal::scores causal into an [H, n, n] buffer, masked entries set to 0, then Eigen's
+//       GEMM S_h V_h; n <= 4096: the buffer is 4 n^2 H bytes), and one plain Eigen GEMM
+//       [n, d] x [d, dv] per head (gemm). GFLOPS = the contender's own useful FLOPs / its
+//       median time: chunkwise H n (C (d + dv) + 4 d dv) with C the chunk (pairs within a
+//       chunk, half of C^2 of them, plus the state's read and update); parallel and unfused
+//       2 H n^2 (d + dv) / 2 (the causal half); gemm 2 H n d dv. vs_<x> = median t_x / t_chunkwise.
+//   chunk/<C>       the chunkwise form at n = 8192 with chunk C, against the same plain GEMM.
+//   step            one decode step of LinearState::step (update with k v^T at the next
+//       position, then read q; RoPE + decay, 4 heads) against the bare Eigen work of the same
+//       size per head: M += k v^T then o = M^T q. 64 steps per measurement.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <peal/linear_attention.hpp>
+#include <peal/linear_state.hpp>
+#include <peal/retnet.hpp>
+#include <peal/scores.hpp>
+#include <vector>
+
+#include "bench_common.hpp"
+
+namespace {
+
+using namespace peal_bench;
+using peal::LinearAttentionOptions;
+using peal::LinearForm;
+using peal::Positions;
+using peal::TensorView;
+
+constexpr Index kHeads = 4;
+
+struct Data {
+  std::vector<float> q, k, v, out, out2, s;
+};
+Data& data(Index n, bool unfused) {
+  static std::map<Index, std::unique_ptr<Data>> cache;
+  auto& p = cache[n];
+  if (!p) {
+    const std::size_t sz = std::size_t(n * kHeads * kDim);
+    p.reset(new Data{random_floats(sz, 1), random_floats(sz, 2), random_floats(sz, 3),
+                     std::vector<float>(sz), std::vector<float>(sz), {}});
+  }
+  if (unfused && p->s.empty()) p->s.resize(std::size_t(kHeads * n * n));
+  return *p;
+}
+
+LinearAttentionOptions options(LinearForm form, Index chunk) {
+  LinearAttentionOptions o;
+  o.decay = peal::retnet_decays(int(kHeads));
+  o.form = form;
+  o.chunk = chunk;
+  o.threads = 1;
+  return o;
+}
+
+/// Useful FLOPs of the chunkwise form with chunk C (see the top of the file).
+double chunk_flops(Index n, Index C) {
+  const double d = double(kDim);
+  return double(kHeads) * double(n) * (double(C) * (d + d) + 4.0 * d * d);
+}
+
+void gemm_heads(const Data& D, std::vector<float>& W, Index n) {
+  for (Index h = 0; h < kHeads; ++h) {
+    ConstStridedMap Q(D.q.data() + h * kDim, n, kDim, Eigen::OuterStride<>(kHeads * kDim));
+    Eigen::Map<const RowMat> M(W.data(), kDim, kDim);
+    StridedMap O(const_cast<float*>(D.out2.data()) + h * kDim, n, kDim,
+                 Eigen::OuterStride<>(kHeads * kDim));
+    O.noalias() = Q * M;
+  }
+}
+
+void BM_forms(benchmark::State& state) {
+  const Index n = state.range(0), H = kHeads, d = kDim;
+  const bool with_unfused = n <= 4096;
+  Data& D = data(n, with_unfused);
+  const auto enc = rope_preset();
+  const auto pos = Positions::sequence(0.0);
+  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
+      v(D.v.data(), n, H, d);
+  const TensorView<float> out(D.out.data(), n, H, d);
+  auto run = [&](LinearForm f) { return [&, f] { peal::linear_attention(enc, q, pos, k, pos, v, out, options(f, 0)); }; };
+  std::vector<float> W(std::size_t(d * d), 0.01f);
+  peal::ScoreOptions so;
+  so.causal = true;
+  so.scale = 1.0 / std::sqrt(double(d));
+  so.decay = peal::retnet_decays(int(H));
+  so.threads = 1;
+  auto unfused = [&] {
+    peal::scores(enc, q, pos, k, pos, TensorView<float>(D.s.data(), H, n, n), so);
+    for (float& x : D.s) x = x == -std::numeric_limits<float>::infinity() ? 0.0f : x;
+    for (Index h = 0; h < H; ++h) {
+      Eigen::Map<const RowMat> S(D.s.data() + h * n * n, n, n);
+      ConstStridedMap V(D.v.data() + h * d, n, d, Eigen::OuterStride<>(H * d));
+      StridedMap O(D.out2.data() + h * d, n, d, Eigen::OuterStride<>(H * d));
+      O.noalias() = S * V;
+    }
+  };
+  std::vector<Contender> cs{{"", 1, run(LinearForm::chunkwise)},
+                            {"parallel", 1, run(LinearForm::parallel)},
+                            {"gemm", 1, [&] { gemm_heads(D, W, n); }}};
+  if (with_unfused) cs.push_back({"unfused", 1, unfused});
+  paired_run(state, cs, chunk_flops(n, 64) * 1e-9, "GFLOPS");
+  // Each contender's rate from its own FLOPs: rate_x = work_x / t_x = (work_x / work) rate.
+  const double causal_pairs = 2.0 * double(H) * double(n) * double(n) * double(2 * d) / 2.0;
+  const double rate = state.counters["GFLOPS"];
+  state.counters["parallel_GFLOPS"] = rate / state.counters["vs_parallel"] * causal_pairs / chunk_flops(n, 64);
+  state.counters["gemm_GFLOPS"] =
+      rate / state.counters["vs_gemm"] * (2.0 * double(H) * double(n) * double(d) * double(d)) /
+      chunk_flops(n, 64);
+  if (with_unfused)
+    state.counters["unfused_GFLOPS"] =
+        rate / state.counters["vs_unfused"] * causal_pairs / chunk_flops(n, 64);
+  state.counters["chunk_vs_gemm_rate"] = rate / state.counters["gemm_GFLOPS"];
+}
+
+void BM_chunk(benchmark::State& state) {
+  const Index n = 8192, C = state.range(0), H = kHeads, d = kDim;
+  Data& D = data(n, false);
+  const auto enc = rope_preset();
+  const auto pos = Positions::sequence(0.0);
+  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
+      v(D.v.data(), n, H, d);
+  const TensorView<float> out(D.out.data(), n, H, d);
+  std::vector<float> W(std::size_t(d * d), 0.01f);
+  paired_run(state,
+             {{"", 1, [&] { peal::linear_attention(enc, q, pos, k, pos, v, out, options(LinearForm::chunkwise, C)); }},
+              {"gemm", 1, [&] { gemm_heads(D, W, n); }}},
+             chunk_flops(n, C) * 1e-9, "GFLOPS");
+  state.counters["gemm_GFLOPS"] =
+      state.counters["GFLOPS"] / state.counters["vs_gemm"] *
+      (2.0 * double(H) * double(n) * double(d) * double(d)) / chunk_flops(n, C);
+  state.counters["chunk_vs_gemm_rate"] = state.counters["GFLOPS"] / state.counters["gemm_GFLOPS"];
+}
+
+void BM_step(benchmark::State& state) {
+  constexpr Index kSteps = 64;
+  const Index H = kHeads, d = kDim;
+  const auto enc = rope_preset();
+  const auto x = random_floats(std::size_t(3 * H * d * kSteps), 7);
+  std::vector<float> o(std::size_t(H * d));
+  peal::LinearState<peal::RopeEncoding<double>, float> st(enc, H, H, d, options(LinearForm::recurrent, 0));
+  double t = 0;
+  auto ours = [&] {
+    for (Index s = 0; s < kSteps; ++s) {
+      const float* base = x.data() + 3 * H * d * s;
+      st.step(TensorView<const float>(base, 1, H, d), TensorView<const float>(base + H * d, 1, H, d),
+              TensorView<const float>(base + 2 * H * d, 1, H, d), t, TensorView<float>(o.data(), 1, H, d));
+      t += 1;
+    }
+  };
+  std::vector<Eigen::MatrixXf> M(std::size_t(H), Eigen::MatrixXf::Zero(d, d));
+  auto bare = [&] {
+    for (Index s = 0; s < kSteps; ++s) {
+      const float* base = x.data() + 3 * H * d * s;
+      for (Index h = 0; h < H; ++h) {
+        Eigen::Map<const Eigen::VectorXf> k(base + h * d, d), v(base + (H + h) * d, d),
+            q(base + (2 * H + h) * d, d);
+        Eigen::Map<Eigen::VectorXf> oh(o.data() + h * d, d);
+        M[std::size_t(h)].noalias() += k * v.transpose();
+        oh.noalias() = M[std::size_t(h)].transpose() * q;
+      }
+    }
+  };
+  // FLOPs of the bare work: rank-1 update and matrix-vector product, 4 d dv per head.
+  paired_run(state, {{"", 1, ours}, {"bare", 1, bare}},
+             4.0 * double(H) * double(d) * double(d) * double(kSteps) * 1e-9, "GFLOPS");
+  state.counters["vs_bare_inverse"] = 1.0 / state.counters["vs_bare"];  // t_peal / t_bare
+}
+
+[[maybe_unused]] const bool registered = [] {
+  auto paired = [](const char* name, auto fn) {
+    auto* b = benchmark::RegisterBenchmark(name, fn);
+    b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+    return b;
+  };
+  auto* f = paired("forms", BM_forms);
+  for (Index n : {128, 256, 512, 1024, 2048, 4096, 8192}) f->Arg(n);
+  auto* c = paired("chunk", BM_chunk);
+  for (Index C : {32, 64, 128, 256}) c->Arg(C);
+  paired("step", BM_step)->Unit(benchmark::kMicrosecond);
+  return true;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();
