@@ -295,6 +295,16 @@ TEST_CASE("linear attention: read() between updates, advance()", "[linear]") {
   const LD lag_rate = o.rate + std::abs(std::log(LD(0.8))) + o.xnorm;
   LinearState<std::decay_t<decltype(enc)>, float> st(enc, Hq, Hk, dv, opt);
   Out<float> got(5, Hq, dv), again(5, Hq, dv);
+  st.read(q.view(0, 1), -2.0, got.view(0, 1));  // before any key: zeros
+  for (Index e = 0; e < Hq * dv; ++e) CHECK(got.x[std::size_t(e)] == 0.0f);
+  CHECK(st.empty());
+  {  // advance() on an empty state only sets its time; keys before it are then rejected
+    LinearState<std::decay_t<decltype(enc)>, float> s0(enc, Hq, Hk, dv, opt);
+    s0.advance(-1.0);
+    CHECK(s0.time() == -1.0);
+    CHECK(s0.empty());
+    CHECK_THROWS_AS(s0.update(k.view(0, 1), v.view(0, 1), -1.5), peal::invalid_argument);
+  }
   st.update(k.view(0, 1), v.view(0, 1), 0.0);
   CHECK(st.time() == 0.0);
   st.read(q.view(0, 1), 0.7, got.view(0, 1));
