@@ -338,6 +338,38 @@ struct Tol {
   // same relative error times its conditioning cond_i (the terms' bound over the divisor), which
   // moves o by cond_i |o|. (d + n + 8) eps for the first order u sums, factor 4 of slack.
   static long double linear_retention(int d, long n) { return 4.0L * (d + n + 8) * eps; }
+
+  // ---- linear attention (tests/linear_suite.hpp, test_linear_attention.cpp,
+  // test_linear_families.cpp). S is the arithmetic type C. Against the long double double sum
+  //   o_ie = scale sum_j gamma^tau_ij (q_i^T A(tau_ij) k_j) v_je,
+  // relative to the sizes of its terms, not to o (the terms can cancel):
+  //   Ssum = sum_j m_ij |v_je|, m_ij = |scale| gamma^tau |q_i| ||A(tau)|| |k_j| (inner basis),
+  //   Tsum = sum_j m_ij |v_je| (J_i - j), J_i the last key visible to query i.
+  // Every form builds a term from products of rebased factors: the chunkwise and recurrent forms
+  // carry key j in a state that crosses at most b_ij = (J_i - j) / chunk + 1 chunk boundaries
+  // (each one product A(delta) M, a d-term dot product per entry, and the rounding of the decay
+  // factor) and read it once (q^T A(t - c) M, one more d-term product); the parallel form and
+  // the intra-chunk part form the score from rebased rows as scores() does. One d-term product
+  // of factors that carry a few roundings each: (d + 8) u rho |q| ||A|| |k| (the scores
+  // kernel's bound, docs/kernels-scores.md §3; rho its polynomial amplification, 1 without a
+  // Jordan chain, Tol::score_rho capped at the budget), i.e. (d + 16) rho eps with a factor 2.
+  // Rotation blocks (|R| has 2-norm <= sqrt 2) and forward polynomial factors (entries >= 0, so
+  // |A(a)| |A(b)| = |A(a + b)|) keep the first-order propagation of each rounding within a
+  // few times ||A(tau)||, counted in the factor 2. The values: sums of at most `chunk` terms at
+  // once (the chunk's k v^T product or the intra-chunk P V product, Higham Thm 3.1: chunk u),
+  // one addition per boundary into the state (b_ij u), the scale and the store (2 u). Per term
+  //   ((d + 16) rho (b_ij + 1) + chunk + b_ij + 2) u, times 2,
+  // summed with b_ij <= (J_i - j) / chunk + 1:
+  //   linear_out = 2 eps ((p + 2) (Tsum / chunk + Ssum) + (p + chunk + 2) Ssum),
+  //   p = (d + 16) rho.
+  // chunk = 1 is the recurrent form (one boundary per key), chunk = nk the parallel form. The
+  // caller adds eps_out |ref| + floor_out (the output storage) and phase(lag) for the rounded
+  // position differences and products rate * tau (as Tol::score).
+  static long double linear_out(long double d, long double chunk, long double rho,
+                                long double Ssum, long double Tsum) {
+    const long double p = (d + 16) * rho;
+    return 2 * eps * ((p + 2) * (Tsum / chunk + Ssum) + (p + chunk + 2) * Ssum);
+  }
 };
 
 /// Absolute tolerances of the angle reduction (include/peal/detail/angle.hpp) and of sin/cos
