@@ -34,6 +34,7 @@
 #include "arena.hpp"
 #include "eigen_gemm.hpp"
 #include "storage.hpp"
+#include "tile_sink.hpp"
 
 namespace peal {
 namespace detail {
@@ -49,10 +50,8 @@ struct SoftmaxOptions {
 };
 
 template <class C, class Tv, class To>
-class AttentionSink {
+class AttentionSink : public InPlaceSink<C> {
  public:
-  using value_type = C;
-  static constexpr bool in_place = true;
   static constexpr bool splits_keys = true;
   static constexpr bool applies_masks = true;
 
@@ -101,17 +100,6 @@ class AttentionSink {
   }
 
   double window() const { return opt_.window; }
-  template <class>
-  bool direct_row_major(Index) const { return false; }
-  template <class>
-  bool direct_col_major() const { return false; }
-  template <class T>
-  T* direct(Index, Index, Index, bool, Index&) const { return nullptr; }
-  // The epilogue works on the tile buffer itself.
-  C* row(Work&, C* tile, Index, Index, Index i, Index, Index n, Index& st) const {
-    st = 1;
-    return tile + i * n;
-  }
   template <class Run>
   void masked(const Run&, Work&, Index, Index, Index) const {}  // contributes nothing
 
@@ -151,25 +139,7 @@ class AttentionSink {
                                        ? TensorView<const TV>(w.vstage.data(), n, r.key_heads(), dv_)
                                        : TensorView<const TV>(v_);
     if (w.staged == J) j0 = 0;
-    const Index es = v.strides().elem;
-    if constexpr (std::is_same<TV, C>::value) {
-      if (es == 1 && n > 0 && (n == 1 || v.strides().token >= dv_)) {  // V read in place
-        w.vrows = v.vector(j0, kh);
-        w.ldv = n > 1 ? v.strides().token : dv_;
-        return;
-      }
-    }
-    w.vrows = w.vtile.data();
-    w.ldv = dv_;
-    for (Index j = 0; j < n; ++j) {
-      const TV* src = v.vector(j0 + j, kh);
-      C* dst = w.vtile.data() + j * dv_;
-      if (es == 1)
-        Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, 1>>(dst, dv_) =
-            Eigen::Map<const Eigen::Matrix<TV, Eigen::Dynamic, 1>>(src, dv_).template cast<C>();
-      else
-        for (Index e = 0; e < dv_; ++e) dst[e] = to_arith<C>(src[e * es]);
-    }
+    value_rows(v, j0, n, kh, w.vtile.data(), w.vrows, w.ldv);
   }
 
   /// Head h's logits of tile (I, J) (rows(I) x rows(J), in place) become the weights P of

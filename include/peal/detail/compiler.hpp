@@ -33,3 +33,14 @@
 #define PEAL_PREFETCH(p, rw) ((void)0)
 #endif
 #endif
+
+// A loop whose float sums may be vectorised (reassociated): OpenMP's simd reduction when
+// compiling with OpenMP, else nothing (the loop stays scalar; no unknown-pragma warning).
+#ifndef PEAL_SIMD_REDUCTION
+#if defined(_OPENMP)
+#define PEAL_PRAGMA(x) _Pragma(#x)
+#define PEAL_SIMD_REDUCTION(...) PEAL_PRAGMA(omp simd reduction(__VA_ARGS__))
+#else
+#define PEAL_SIMD_REDUCTION(...)
+#endif
+#endif

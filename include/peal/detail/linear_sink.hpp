@@ -18,6 +18,7 @@
 #include "arena.hpp"
 #include "eigen_gemm.hpp"
 #include "storage.hpp"
+#include "tile_sink.hpp"
 
 namespace peal {
 namespace detail {
@@ -34,10 +35,8 @@ struct LinearRows {
 };
 
 template <class C, class Tv, class To>
-class LinearSink {
+class LinearSink : public InPlaceSink<C> {
  public:
-  using value_type = C;
-  static constexpr bool in_place = true;
   static constexpr bool splits_keys = false;
   static constexpr bool applies_masks = true;
 
@@ -69,16 +68,6 @@ class LinearSink {
   };
 
   double window() const { return std::numeric_limits<double>::infinity(); }
-  template <class>
-  bool direct_row_major(Index) const { return false; }
-  template <class>
-  bool direct_col_major() const { return false; }
-  template <class T>
-  T* direct(Index, Index, Index, bool, Index&) const { return nullptr; }
-  C* row(Work&, C* tile, Index, Index, Index i, Index, Index n, Index& st) const {
-    st = 1;
-    return tile + i * n;
-  }
   template <class Run>
   void masked(const Run&, Work&, Index, Index, Index) const {}  // contributes nothing
   template <class Run>
@@ -98,23 +87,7 @@ class LinearSink {
   void key_tile(const Run& r, Work& w, Index kh, Index J) const {
     if (dv_ == 0) return;
     const auto& kp = r.key_plan();
-    const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
-    using TV = std::remove_cv_t<Tv>;
-    const Index es = v_.strides().elem;
-    if constexpr (std::is_same<TV, C>::value) {
-      if (es == 1 && n > 0 && (n == 1 || v_.strides().token >= dv_)) {  // V read in place
-        w.vrows = v_.vector(j0, kh);
-        w.ldv = n > 1 ? v_.strides().token : dv_;
-        return;
-      }
-    }
-    w.vrows = w.vtile.data();
-    w.ldv = dv_;
-    for (Index j = 0; j < n; ++j) {
-      const TV* src = v_.vector(j0 + j, kh);
-      C* dst = w.vtile.data() + j * dv_;
-      for (Index e = 0; e < dv_; ++e) dst[e] = to_arith<C>(src[e * es]);
-    }
+    value_rows(v_, kp.begin[std::size_t(J)], kp.rows(J), kh, w.vtile.data(), w.vrows, w.ldv);
   }
 
   /// Head h's scores of tile (I, J), in place: the causal mask (0 for s_j > t_i) where the

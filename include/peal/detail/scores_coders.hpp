@@ -297,7 +297,7 @@ class RotationBankCoder {
       C* PEAL_RESTRICT w3 = w2 + ld;
       const C v0 = v[r], v1 = v[r + 1], v2 = v[r + 2], v3 = v[r + 3];
       C a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
+PEAL_SIMD_REDUCTION(+ : a0, a1, a2, a3)
       for (int b = 0; b < nb; ++b) {
         const int e0 = b * st, e1 = e0 + off;
         const C c = g * cc[b * st], sn = sgn * g * ss[b * st];
@@ -321,7 +321,7 @@ class RotationBankCoder {
       C* PEAL_RESTRICT w0 = W + r * ld;
       const C v0 = v[r];
       C a0 = 0;
-#pragma omp simd reduction(+ : a0)
+PEAL_SIMD_REDUCTION(+ : a0)
       for (int b = 0; b < nb; ++b) {
         const int e0 = b * st, e1 = e0 + off;
         const C c = g * cc[b * st], sn = sgn * g * ss[b * st];
@@ -525,7 +525,7 @@ class PassThroughCoder {
       C* PEAL_RESTRICT w = W + r * ld;
       const C vr = v[r];
       C acc = 0;
-#pragma omp simd reduction(+ : acc)
+PEAL_SIMD_REDUCTION(+ : acc)
       for (int e = 0; e < n_; ++e) {
         w[e] = g * w[e] + vr * k[e];
         acc += w[e] * q[e];

@@ -6,7 +6,9 @@
 // and hands each finished tile to a Sink, the one thing that differs between kernels:
 //
 //   ScoresOut<Out> (scores.hpp)     writes the tile into scores' out [Hq, nq, nk];
-//   AttentionSink (detail/attention_sink.hpp)  folds it into an online softmax times V.
+//   AttentionSink (detail/attention_sink.hpp)  folds it into an online softmax times V;
+//   LinearSink (detail/linear_sink.hpp)        multiplies it into V (linear attention).
+// (The in-place sinks share InPlaceSink and value_rows, detail/tile_sink.hpp.)
 //
 // A Sink has: value_type (what the epilogue writes), in_place, splits_keys and applies_masks
 // (constexpr bools; the last: the sink masks partial tiles itself, the epilogue does not), window(), direct_row_major<C>(nk), direct_col_major<C>(), direct<C>(h, i0, j0, rm,
