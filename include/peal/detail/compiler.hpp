@@ -35,9 +35,10 @@
 #endif
 
 // A loop whose float sums may be vectorised (reassociated): OpenMP's simd reduction when
-// compiling with OpenMP, else nothing (the loop stays scalar; no unknown-pragma warning).
+// g++ compiles with OpenMP, else nothing (the loop stays scalar; no unknown-pragma warning,
+// and no clang -Wpass-failed warning where clang does not vectorise the loop, e.g. at -O1).
 #ifndef PEAL_SIMD_REDUCTION
-#if defined(_OPENMP)
+#if defined(_OPENMP) && defined(__GNUC__) && !defined(__clang__)
 #define PEAL_PRAGMA(x) _Pragma(#x)
 #define PEAL_SIMD_REDUCTION(...) PEAL_PRAGMA(omp simd reduction(__VA_ARGS__))
 #else
