@@ -40,6 +40,7 @@ using peal::Positions;
 using peal::TensorView;
 
 constexpr Index kHeads = 4;
+constexpr Index kChunk = peal::detail::linear::kDefaultChunk;  // the automatic chunk
 
 struct Data {
   std::vector<float> q, k, v, out, out2, s;
@@ -118,7 +119,7 @@ void BM_forms(benchmark::State& state) {
                             {"parallel", 1, run(LinearForm::parallel)},
                             {"gemm", 1, [&] { gemm_heads(D, W, n); }}};
   if (with_unfused) cs.push_back({"unfused", 1, unfused});
-  const double work = chunk_flops(n, 64) * 1e-9;
+  const double work = chunk_flops(n, kChunk) * 1e-9;
   paired_run(state, cs, work, "GFLOPS");
   const double causal_pairs = 2.0 * double(H) * double(n) * double(n) * double(2 * d) / 2.0 * 1e-9;
   const double gemm = 2.0 * double(H) * double(n) * double(d) * double(d) * 1e-9;

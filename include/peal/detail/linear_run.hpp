@@ -44,6 +44,10 @@ TensorView<T> sub(const TensorView<T>& v, Index t0, Index n, Index h0, Index nh)
   return TensorView<T>(v.vector(t0, h0), n, nh, v.dim(), v.strides());
 }
 
+/// Keys per chunk when LinearAttentionOptions::chunk = 0 (fastest of 32..256 at n = 8192,
+/// bench/README.md, "Linear attention").
+inline constexpr Index kDefaultChunk = 64;
+
 template <class C, class E, class Tq, class Tk, class Tv, class To>
 class LinearRun {
   using Sink = scores_kernels::LinearSink<C, Tv, To>;
@@ -53,12 +57,11 @@ class LinearRun {
   // recurrent for at most kRecurrentQueries queries against as many keys (decoding).
   static constexpr Index kParallelKeys = 256;
   static constexpr Index kRecurrentTokens = 8;
-  static constexpr Index kDefaultChunk = 64;
 
   LinearRun(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
             const Positions& tk, const TensorView<Tv>& v, const TensorView<To>& out,
             const LinearAttentionOptions& opt, StateData<C>& st, bool keep_state)
-      : enc_(&enc), ops_(enc), q_(q), k_(k), v_(v), out_(out), opt_(opt), st_(st),
+      : enc_(&enc), ops_(enc), q_(q), k_(k), v_(v), out_(out), st_(st),
         keep_(keep_state) {
     nq_ = q.tokens(), nk_ = k.tokens(), Hq_ = q.heads(), Hk_ = k.heads(), G_ = Hq_ / Hk_;
     d_ = q.dim(), dv_ = v.dim();
@@ -123,7 +126,7 @@ class LinearRun {
 
   // Per-group working memory.
   struct Work {
-    std::vector<C> coef, qrows, krows, kscaled, vrows, base, o, scratch, q0, k0;
+    std::vector<C> coef, qrows, krows, kscaled, vrows, scratch;
     std::vector<double> rel, delta, f;
     GemmSpace<C> gemm;
   };
@@ -442,7 +445,6 @@ class LinearRun {
   TensorView<Tk> k_;
   TensorView<Tv> v_;
   TensorView<To> out_;
-  const LinearAttentionOptions& opt_;
   StateData<C>& st_;
   bool keep_;
   Index nq_ = 0, nk_ = 0, Hq_ = 0, Hk_ = 0, G_ = 1, d_ = 0, dv_ = 0, chunk_ = 64;
