@@ -683,3 +683,31 @@ TEST_CASE("linear attention: bad input throws with a message", "[linear][errors]
                     peal::invalid_argument);
   }
 }
+
+// LinearState's per-token calls read q (k, v) head by head while writing out head by head: an
+// out sharing memory with them would read outputs as inputs. And a state of absurd size
+// (heads x dv x d past the index range) must be refused, not allocated or wrapped.
+TEST_CASE("linear attention: LinearState refuses overlapping views and absurd sizes",
+          "[linear][errors]") {
+  const auto enc = peal::rope<double>(rope_config(8, Layout::Interleaved));
+  peal::LinearAttentionOptions opt;
+  LinearState<std::decay_t<decltype(enc)>, float> st(enc, 2, 2, 8, opt);
+  std::vector<float> buf(64, 0.5f);
+  const TensorView<const float> k(buf.data(), 1, 2, 8), v(buf.data() + 16, 1, 2, 8);
+  const TensorView<float> out(buf.data() + 32, 1, 2, 8);
+  const TensorView<const float> q_ok(buf.data() + 48, 1, 2, 8);
+  st.update(k, v, 0.0);
+  // out over the queries, the keys, the values.
+  const TensorView<const float> q_alias(buf.data() + 32, 1, 2, 8);
+  CHECK_THROWS_WITH(st.read(q_alias, 1.0, out), Contains("overlaps"));
+  CHECK_THROWS_WITH(st.step(k, v, q_alias, 1.0, out), Contains("overlaps"));
+  const TensorView<float> out_on_k(buf.data(), 1, 2, 8);
+  CHECK_THROWS_WITH(st.step(k, v, q_ok, 1.0, out_on_k), Contains("overlaps"));
+  const TensorView<float> out_on_v(buf.data() + 16, 1, 2, 8);
+  CHECK_THROWS_WITH(st.step(k, v, q_ok, 1.0, out_on_v), Contains("overlaps"));
+  CHECK_NOTHROW(st.step(k, v, q_ok, 1.0, out));
+  // heads x dv x d = 2 x 2^61 x 8 > 2^63.
+  const peal::Index huge = peal::Index(1) << 61;
+  CHECK_THROWS_AS((LinearState<std::decay_t<decltype(enc)>, float>(enc, 2, 2, huge, opt)),
+                  peal::invalid_argument);
+}

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "detail/linear_ops.hpp"
+#include "detail/overlap.hpp"
 #include "errors.hpp"
 #include "linear_options.hpp"
 #include "view.hpp"
@@ -118,6 +119,14 @@ class LinearState {
       detail::fail(std::string(w) + ": query heads (" + std::to_string(query_heads) +
                    ") must be a positive multiple of key heads (" + std::to_string(key_heads) + ")");
     if (dv < 0) detail::fail(std::string(w) + ": dv must be >= 0");
+    // heads x dv x d values (and the bytes of them) must be an index: else refused, never
+    // wrapped into a small allocation.
+    const Index heads = opt.decay.empty() ? key_heads : query_heads;
+    const Index n = detail::checked_mul(detail::checked_mul(heads, dv), Index(enc.dim()));
+    if (n < 0 || detail::checked_mul(n, Index(sizeof(C))) < 0)
+      detail::fail(std::string(w) + ": a state of " + std::to_string(heads) + " heads x dv = " +
+                   std::to_string(dv) + " x d = " + std::to_string(enc.dim()) +
+                   " values is past the index range");
     detail::linear::check_linear_options(opt, query_heads, w);
     detail::linear::init_state(st_, query_heads, key_heads, Index(enc.dim()), dv, opt);
     const double zero = 0;
@@ -152,6 +161,7 @@ class LinearState {
   void read(TensorView<Tq> q, double t, TensorView<To> out) const {
     check_token(q, st_.Hq, st_.d, "read (q)");
     check_token(out, st_.Hq, st_.dv, "read (out)");
+    check_apart(out, q, "read", "q");
     check_time(t, "read");
     const double dt = st_.empty ? 0.0 : t - st_.time;
     const std::size_t nd = std::size_t(st_.d), ndv = std::size_t(st_.dv);
@@ -196,6 +206,9 @@ class LinearState {
     check_token(v, st_.Hk, st_.dv, "step (v)");
     check_token(q, st_.Hq, st_.d, "step (q)");
     check_token(out, st_.Hq, st_.dv, "step (out)");
+    check_apart(out, q, "step", "q");
+    check_apart(out, k, "step", "k");
+    check_apart(out, v, "step", "v");
     if (ops_.bounded() && !st_.empty && st_.d > 0 && st_.dv > 0) {
       check_time(s, "step");
       step_absolute(k, v, q, s, out);
@@ -246,6 +259,14 @@ class LinearState {
          << x.tokens() << ", " << x.heads() << ", " << x.dim() << "]";
       detail::fail(os.str());
     }
+  }
+  // out is written head by head while the inputs are still read (detail/overlap.hpp).
+  template <class To, class T>
+  static void check_apart(const TensorView<To>& out, const TensorView<T>& x, const char* what,
+                          const char* name) {
+    if (detail::may_overlap(out, x))
+      detail::fail(std::string("LinearState::") + what + ": out overlaps " + name +
+                   " (the output must not share memory with the inputs)");
   }
   void check_time(double t, const char* what) const {
     detail::require_finite(t, what, "time");
