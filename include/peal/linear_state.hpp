@@ -87,6 +87,12 @@ void init_state(StateData<C>& st, Index Hq, Index Hk, Index d, Index dv,
                 const LinearAttentionOptions& o) {
   st.Hq = Hq, st.Hk = Hk, st.d = d, st.dv = dv;
   st.heads = o.decay.empty() ? Hk : Hq;
+  // heads x dv x d values (and their bytes) must be an index: refused, never wrapped into a
+  // small allocation (LinearState and linear_attention alike).
+  const Index n = checked_mul(checked_mul(st.heads, dv), d);
+  if (n < 0 || checked_mul(n, Index(sizeof(C))) < 0)
+    fail("linear attention: a state of " + std::to_string(st.heads) + " heads x dv = " +
+         std::to_string(dv) + " x d = " + std::to_string(d) + " values is past the index range");
   st.W.assign(std::size_t(st.heads * dv * d), C(0));
   st.z.assign(std::size_t(st.heads), 0.0);
   st.lam.assign(std::size_t(st.heads), 0.0);
@@ -119,14 +125,6 @@ class LinearState {
       detail::fail(std::string(w) + ": query heads (" + std::to_string(query_heads) +
                    ") must be a positive multiple of key heads (" + std::to_string(key_heads) + ")");
     if (dv < 0) detail::fail(std::string(w) + ": dv must be >= 0");
-    // heads x dv x d values (and the bytes of them) must be an index: else refused, never
-    // wrapped into a small allocation.
-    const Index heads = opt.decay.empty() ? key_heads : query_heads;
-    const Index n = detail::checked_mul(detail::checked_mul(heads, dv), Index(enc.dim()));
-    if (n < 0 || detail::checked_mul(n, Index(sizeof(C))) < 0)
-      detail::fail(std::string(w) + ": a state of " + std::to_string(heads) + " heads x dv = " +
-                   std::to_string(dv) + " x d = " + std::to_string(enc.dim()) +
-                   " values is past the index range");
     detail::linear::check_linear_options(opt, query_heads, w);
     detail::linear::init_state(st_, query_heads, key_heads, Index(enc.dim()), dv, opt);
     const double zero = 0;
