@@ -3,7 +3,7 @@
 // d = dv = 128, 4 heads (Hq = Hk = 4), RoPE (Llama-style preset) with a RetNet-style scalar
 // decay γ_h = 1 − 2^(−5−h) per head, positions 0..n-1.
 //
-//   forms/<n>       contenders in one paired run: peal chunkwise (automatic chunk), peal
+//   forms/<n>/<H>   (H = 4, and H = 1 at n = 512 and 2048) contenders in one paired run: peal chunkwise (automatic chunk), peal
 //       parallel (every visible pair, tiled, fused: S V per tile), the unfused parallel form
 //       (peal::scores causal into an [H, n, n] buffer, masked entries set to 0, then Eigen's
 //       GEMM S_h V_h; n <= 4096: the buffer is 4 n^2 H bytes), and one plain Eigen GEMM
@@ -27,6 +27,7 @@
 #include <peal/linear_state.hpp>
 #include <peal/retnet.hpp>
 #include <peal/scores.hpp>
+#include <utility>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -45,21 +46,21 @@ constexpr Index kChunk = peal::detail::linear::kDefaultChunk;  // the automatic 
 struct Data {
   std::vector<float> q, k, v, out, out2, s;
 };
-Data& data(Index n, bool unfused) {
-  static std::map<Index, std::unique_ptr<Data>> cache;
-  auto& p = cache[n];
+Data& data(Index n, Index H, bool unfused) {
+  static std::map<std::pair<Index, Index>, std::unique_ptr<Data>> cache;
+  auto& p = cache[{n, H}];
   if (!p) {
-    const std::size_t sz = std::size_t(n * kHeads * kDim);
+    const std::size_t sz = std::size_t(n * H * kDim);
     p.reset(new Data{random_floats(sz, 1), random_floats(sz, 2), random_floats(sz, 3),
                      std::vector<float>(sz), std::vector<float>(sz), {}});
   }
-  if (unfused && p->s.empty()) p->s.resize(std::size_t(kHeads * n * n));
+  if (unfused && p->s.empty()) p->s.resize(std::size_t(H * n * n));
   return *p;
 }
 
-LinearAttentionOptions options(LinearForm form, Index chunk) {
+LinearAttentionOptions options(LinearForm form, Index chunk, Index H = kHeads) {
   LinearAttentionOptions o;
-  o.decay = peal::retnet_decays(int(kHeads));
+  o.decay = peal::retnet_decays(int(H));
   o.form = form;
   o.chunk = chunk;
   o.threads = 1;
@@ -67,9 +68,9 @@ LinearAttentionOptions options(LinearForm form, Index chunk) {
 }
 
 /// Useful FLOPs of the chunkwise form with chunk C (see the top of the file).
-double chunk_flops(Index n, Index C) {
+double chunk_flops(Index n, Index C, Index H = kHeads) {
   const double d = double(kDim);
-  return double(kHeads) * double(n) * (double(C) * (d + d) + 4.0 * d * d);
+  return double(H) * double(n) * (double(C) * (d + d) + 4.0 * d * d);
 }
 
 /// paired_run counts every contender's rate in the first one's work units; give contender
@@ -79,26 +80,26 @@ void own_flops(benchmark::State& state, const std::string& name, double flops, d
   state.counters[name + "_best_GFLOPS"] = state.counters[name + "_best_GFLOPS"] * flops / work;
 }
 
-void gemm_heads(const Data& D, std::vector<float>& W, Index n) {
-  for (Index h = 0; h < kHeads; ++h) {
-    ConstStridedMap Q(D.q.data() + h * kDim, n, kDim, Eigen::OuterStride<>(kHeads * kDim));
+void gemm_heads(const Data& D, std::vector<float>& W, Index n, Index H = kHeads) {
+  for (Index h = 0; h < H; ++h) {
+    ConstStridedMap Q(D.q.data() + h * kDim, n, kDim, Eigen::OuterStride<>(H * kDim));
     Eigen::Map<const RowMat> M(W.data(), kDim, kDim);
     StridedMap O(const_cast<float*>(D.out2.data()) + h * kDim, n, kDim,
-                 Eigen::OuterStride<>(kHeads * kDim));
+                 Eigen::OuterStride<>(H * kDim));
     O.noalias() = Q * M;
   }
 }
 
 void BM_forms(benchmark::State& state) {
-  const Index n = state.range(0), H = kHeads, d = kDim;
+  const Index n = state.range(0), H = state.range(1), d = kDim;
   const bool with_unfused = n <= 4096;
-  Data& D = data(n, with_unfused);
+  Data& D = data(n, H, with_unfused);
   const auto enc = rope_preset();
   const auto pos = Positions::sequence(0.0);
   const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
       v(D.v.data(), n, H, d);
   const TensorView<float> out(D.out.data(), n, H, d);
-  auto run = [&](LinearForm f) { return [&, f] { peal::linear_attention(enc, q, pos, k, pos, v, out, options(f, 0)); }; };
+  auto run = [&](LinearForm f) { return [&, f] { peal::linear_attention(enc, q, pos, k, pos, v, out, options(f, 0, H)); }; };
   std::vector<float> W(std::size_t(d * d), 0.01f);
   peal::ScoreOptions so;
   so.causal = true;
@@ -117,9 +118,9 @@ void BM_forms(benchmark::State& state) {
   };
   std::vector<Contender> cs{{"", 1, run(LinearForm::chunkwise)},
                             {"parallel", 1, run(LinearForm::parallel)},
-                            {"gemm", 1, [&] { gemm_heads(D, W, n); }}};
+                            {"gemm", 1, [&] { gemm_heads(D, W, n, H); }}};
   if (with_unfused) cs.push_back({"unfused", 1, unfused});
-  const double work = chunk_flops(n, kChunk) * 1e-9;
+  const double work = chunk_flops(n, kChunk, H) * 1e-9;
   paired_run(state, cs, work, "GFLOPS");
   const double causal_pairs = 2.0 * double(H) * double(n) * double(n) * double(2 * d) / 2.0 * 1e-9;
   const double gemm = 2.0 * double(H) * double(n) * double(d) * double(d) * 1e-9;
@@ -131,7 +132,7 @@ void BM_forms(benchmark::State& state) {
 
 void BM_chunk(benchmark::State& state) {
   const Index n = 8192, C = state.range(0), H = kHeads, d = kDim;
-  Data& D = data(n, false);
+  Data& D = data(n, H, false);
   const auto enc = rope_preset();
   const auto pos = Positions::sequence(0.0);
   const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
@@ -189,7 +190,8 @@ void BM_step(benchmark::State& state) {
     return b;
   };
   auto* f = paired("forms", BM_forms);
-  for (Index n : {128, 256, 512, 1024, 2048, 4096, 8192}) f->Arg(n);
+  for (Index n : {128, 256, 512, 1024, 2048, 4096, 8192}) f->Args({n, kHeads});
+  for (Index n : {512, 2048}) f->Args({n, 1});  // one head: the outputs are small
   auto* c = paired("chunk", BM_chunk);
   for (Index C : {32, 64, 128, 256}) c->Arg(C);
   paired("step", BM_step)->Unit(benchmark::kMicrosecond);
