@@ -72,15 +72,6 @@ struct AttentionOptions {
 namespace detail {
 namespace scores_kernels {
 
-/// Whether G(s) = A(−s) stays bounded: a pure rotation, identity included (no growth or decay,
-/// no Jordan chain), which is what keys_encoded needs.
-template <class C, class E>
-bool is_pure_rotation(const E& enc) {
-  using split = scores_split<C, E>;
-  const typename split::coder coder(enc);
-  return !split::poly::active && coder.rate() == 0 && coder.degree() == 0;
-}
-
 template <class E, class Tq, class Tk, class Tv, class To>
 void check_attention(const E& enc, const TensorView<Tq>& q, const Positions& tq,
                      const TensorView<Tk>& k, const Positions& tk, const TensorView<Tv>& v,

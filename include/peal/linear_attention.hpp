@@ -19,7 +19,6 @@
 #include <string>
 #include <type_traits>
 
-#include "attention.hpp"
 #include "detail/linear_run.hpp"
 #include "detail/overlap.hpp"
 #include "detail/storage.hpp"

@@ -51,13 +51,14 @@ class StateOps {
  public:
   explicit StateOps(const E& enc)
       : coder_(enc), d_(Index(coder_.dim())), identity_(coder_.identity()),
+        bounded_(scores_kernels::is_pure_rotation<C>(enc)),
         rel_(coder_.rel_size()), coef_(coder_.coef_size()) {}
 
   Index dim() const { return d_; }
   Index coef_size() const { return Index(coef_); }
   /// A(δ) bounded for every δ (rotations only: no growth, decay or Jordan chain), so that a
   /// state may be held in the absolute frame A(−T) M (LinearState's decode step).
-  bool bounded() const { return coder_.rate() == 0 && coder_.degree() == 0; }
+  bool bounded() const { return bounded_; }
 
   /// Scratch values apply() and step() need.
   Index scratch_size() const { return 4 * d_ + 4; }
@@ -143,7 +144,7 @@ class StateOps {
  private:
   coder_t<C, E> coder_;
   Index d_;
-  bool identity_;
+  bool identity_, bounded_;
   int rel_, coef_;
 };
 

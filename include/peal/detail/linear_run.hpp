@@ -394,12 +394,12 @@ class LinearRun {
     const double back = j0 > 0 ? T - s_[std::size_t(j0 - 1)] : 0.0;
     const double minus_t = -T;
     ops_.coefficients(&minus_t, 1, w.coef.data(), false, w.rel);
+    std::vector<C> col(static_cast<std::size_t>(d_));
     for (Index g = 0; g < G_; ++g) {
       const Index s = st_.state_of(kh * G_ + g);
       double K = 0;
       if (!empty) {
         const C* W = st_.w(s);
-        std::vector<C> col(static_cast<std::size_t>(d_));
         for (Index r = 0; r < dv_; ++r) {
           std::copy_n(W + r * d_, d_, col.data());
           ops_.advance(col.data(), 1, w.coef.data(), C(1), w.scratch.data());

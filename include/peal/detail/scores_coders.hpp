@@ -820,6 +820,17 @@ struct scores_split<C, BlockDiagonal<Parts...>, std::enable_if_t<any_poly_part<P
   using poly = PolyEpilogue<C, Parts...>;
 };
 
+/// Whether G(s) = A(−s) stays bounded: a pure rotation, identity included (no growth or decay,
+/// no Jordan chain), which is what
+/// attention's keys_encoded and linear attention's absolute-frame decode and RetNet chunk
+/// normalisation need.
+template <class C, class E>
+bool is_pure_rotation(const E& enc) {
+  using split = scores_split<C, E>;
+  const typename split::coder coder(enc);
+  return !split::poly::active && coder.rate() == 0 && coder.degree() == 0;
+}
+
 }  // namespace scores_kernels
 }  // namespace detail
 }  // namespace peal
