@@ -389,6 +389,44 @@ TEST_CASE("rope: llama3 (Llama 3.1 8B: theta 5e5, factor 8, low 1, high 4, origi
   }
 }
 
+TEST_CASE("rope: frequency_factors (ggml rope_freqs) divide omega_i after the rope type",
+          "[rope]") {
+  // llama.cpp's converter bakes Llama 3.1's llama3 scaling into the tensor rope_freqs: with
+  // factors f_i = w0_i / w3_i (w3 the llama3 frequencies), a default config must give w3.
+  auto l3 = config(128, 500000.0);
+  l3.scaling.type = RopeType::Llama3;
+  l3.scaling.factor = 8.0;
+  l3.scaling.low_freq_factor = 1.0;
+  l3.scaling.high_freq_factor = 4.0;
+  l3.scaling.original_max_position_embeddings = 8192;
+  const auto ref = peal_ref::rope_llama3(128, 500000.0L, 1.0, 8.0L, 1.0L, 4.0L, 8192.0L);
+  const auto base = peal_ref::rope_default(128, 500000.0L);
+  auto cfg = config(128, 500000.0);
+  for (int j = 0; j < 64; ++j)
+    cfg.frequency_factors.push_back(double(base.inv_freq[std::size_t(j)] /
+                                           ref.inv_freq[std::size_t(j)]));
+  const auto enc = peal::rope<double>(cfg);
+  for (int j = 0; j < 64; ++j) {
+    CAPTURE(j);
+    const LD w = enc.inv_freq()[std::size_t(j)], w3 = ref.inv_freq[std::size_t(j)];
+    // one double rounding of the factor, one long double division
+    REQUIRE(std::fabs(w - w3) <= (Tol<double>::roundings(1) + Tol<LD>::roundings(2)) * w3);
+  }
+  REQUIRE(enc.inv_freq()[40] != base.inv_freq[40]);  // the factors did something
+  auto bad = cfg;
+  bad.frequency_factors.pop_back();
+  REQUIRE_THROWS_WITH(peal::rope<double>(bad), Catch::Contains("frequency_factors has 63"));
+  bad = cfg;
+  bad.frequency_factors[3] = 0.0;
+  REQUIRE_THROWS_WITH(peal::rope<double>(bad), Catch::Contains("frequency_factors[3]"));
+  bad = cfg;
+  bad.frequency_factors[5] = std::nan("");
+  REQUIRE_THROWS_WITH(peal::rope<double>(bad), Catch::Contains("frequency_factors[5]"));
+  bad = config(128, 10000.0);
+  bad.scaling.mrope_section = {16, 24, 24};
+  REQUIRE_THROWS_WITH(peal::rope<double>(bad), Catch::Contains("mrope"));
+}
+
 TEST_CASE("rope: partial rotary, GPT-NeoX-20B (d 96, rotary_pct 0.25 -> 24)", "[rope]") {
   const auto cfg = config(96, 10000.0, 0.25);
   const auto ref = peal_ref::rope_default(96, 10000.0L, 0.25);

@@ -159,6 +159,11 @@ struct RopeScaling {
   std::optional<std::vector<double>> long_factor;
   std::optional<double> low_freq_factor;
   std::optional<double> high_freq_factor;
+  /// Multimodal RoPE (Qwen2-VL "mrope_section", Qwen3-VL "mrope_interleaved"): how many
+  /// pairs take the t, h and w position (sum = rotary_dim / 2). Empty: 1-D RoPE. Such a
+  /// config needs N-D positions: mrope<S>(config) (mrope.hpp); rope<S>(config) refuses it.
+  std::vector<int> mrope_section;
+  bool mrope_interleaved = false;
 };
 
 /// A RoPE configuration with the keys of a model config (hf_config.hpp reads config.json).
@@ -169,6 +174,11 @@ struct RopeConfig {
   std::optional<double> max_position_embeddings;  ///< needed by dynamic, and as fallbacks
   Layout layout = Layout::HalfSplit;              ///< HF checkpoints: HalfSplit (rotate_half)
   RopeScaling scaling;                            ///< type Default: plain RoPE
+  /// ggml's rope "freq_factors" (GGUF tensor rope_freqs, e.g. llama3 scaling baked in by
+  /// llama.cpp's converter): omega_i is divided by factor i after the rope_type's rescaling
+  /// (ggml_rope_ext: theta_extrap = theta_base / freq_factor). Empty: none; else rotary_dim/2
+  /// finite factors > 0.
+  std::vector<double> frequency_factors;
 };
 
 /// What a preset computes before it becomes an encoding: omega_i (long double, exactly the
@@ -505,6 +515,19 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
       break;
     }
   }
+  if (!c.frequency_factors.empty()) {
+    if (c.frequency_factors.size() != out.inv_freq.size())
+      detail::fail("rope: frequency_factors has " + std::to_string(c.frequency_factors.size()) +
+                   " entries, rotary_dim / 2 = " + std::to_string(out.inv_freq.size()) +
+                   " expected");
+    for (std::size_t i = 0; i < out.inv_freq.size(); ++i) {
+      const double f = c.frequency_factors[i];
+      if (!std::isfinite(f) || !(f > 0))
+        detail::fail("rope: frequency_factors[" + std::to_string(i) +
+                     "] must be finite and > 0, got " + num(f));
+      out.inv_freq[i] /= static_cast<long double>(f);
+    }
+  }
   // Whatever formula produced them, the frequencies must be usable as stored (double pairs).
   const std::string what = std::string("rope: rope_type \"") + to_string(type) + "\"";
   for (std::size_t i = 0; i < out.inv_freq.size(); ++i)
@@ -585,6 +608,9 @@ class RopeEncoding : public BlockDiagonal<Bank<RotationBlock<S>>, PassThrough<S>
 /// The RoPE preset of a configuration (see rope_frequencies for seq_len and validation).
 template <class S = double>
 RopeEncoding<S> rope(const RopeConfig& config, double seq_len = 0) {
+  if (!config.scaling.mrope_section.empty())
+    detail::fail("rope: the config has an mrope_section (multimodal RoPE): it needs (t, h, w) "
+                 "positions, use mrope<S>(config) from <peal/mrope.hpp>");
   const RopeFrequencies f = rope_frequencies(config, seq_len);
   return RopeEncoding<S>(f, config.head_dim, config.layout, config.scaling.type);
 }
