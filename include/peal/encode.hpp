@@ -70,7 +70,9 @@
 #include "basis_change.hpp"
 #include "block_diagonal.hpp"
 #include "errors.hpp"
+#include "multi_axis.hpp"
 #include "positions.hpp"
+#include "positions_nd.hpp"
 #include "real_block.hpp"
 #include "rotation_block.hpp"
 #include "view.hpp"
@@ -717,6 +719,31 @@ class TraitsKernel {
   Vector<S> col_;
 };
 
+/// MultiAxis<E>: the kernel of each axis in turn on the token's row while it is in cache
+/// (F(p) = Π_a F_a(p_a): the axes commute). Axis a's kernel sees the coordinate p_a.
+template <class A, class E>
+class MultiAxisKernel {
+ public:
+  MultiAxisKernel(const MultiAxis<E>& enc, Mode mode) {
+    ks_.reserve(std::size_t(enc.axes()));
+    for (int a = 0; a < enc.axes(); ++a) ks_.emplace_back(enc.axis(a), mode);
+  }
+  int dim() const { return ks_[0].dim(); }
+  void prepare(const PointRef& p) {
+    for (std::size_t a = 0; a < ks_.size(); ++a) ks_[a].prepare(p[int(a)]);
+  }
+  void inplace(A* x, Index heads, Index xs) {
+    for (auto& k : ks_) k.inplace(x, heads, xs);
+  }
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    ks_[0].copy(x, xs, y, ys, heads);
+    for (std::size_t a = 1; a < ks_.size(); ++a) ks_[a].inplace(y, heads, ys);
+  }
+
+ private:
+  std::vector<kernel_t<A, E>> ks_;
+};
+
 // ---- Dispatch: the most specific kernel for an encoding type.
 template <class A, class E, class>
 struct kernel_for {
@@ -743,6 +770,10 @@ template <class A, class E>
 struct kernel_for<A, BasisChange<E>> {
   using type = BasisChangeKernel<A, E>;
 };
+template <class A, class E>
+struct kernel_for<A, MultiAxis<E>> {
+  using type = MultiAxisKernel<A, E>;
+};
 template <class A, class E>  // a preset: the kernel of the encoding it is
 struct kernel_for<A, E, std::enable_if_t<has_encoding_type<E>::value>>
     : kernel_for<A, typename E::encoding_type> {};
@@ -759,9 +790,12 @@ inline void prefetch_row(const TS* s, TD* d, Index bytes) {
 
 // ---- Driver: every token and head of src, written to dst (src and dst may be the same
 // view). Positions are checked by the caller.
-template <class E, class TS, class TD>
+inline bool constant_positions(const Positions& p) { return p.is_sequence() && p.step() == 0; }
+inline bool constant_positions(const PositionsND& p) { return p.is_constant(); }
+
+template <class E, class TS, class TD, class Pos>
 void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD>& dst,
-         const Positions& pos) {
+         const Pos& pos) {
   using A = arith_t<TS, TD>;
   using K = kernel_t<A, E>;
   constexpr bool same_types =
@@ -770,7 +804,7 @@ void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD
   const Index T = dst.tokens(), H = dst.heads(), D = dst.dim();
   if (dst.empty()) return;
   const bool direct = same_types && src.strides().elem == 1 && dst.strides().elem == 1;
-  const bool constant = pos.is_sequence() && pos.step() == 0;  // shift_keys, or one time
+  const bool constant = constant_positions(pos);  // shift_keys, or one time
 
   int nthreads = 1;
 #ifdef _OPENMP
@@ -916,6 +950,51 @@ void shift_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, double del
   kk::check_views(enc, src, dst, "shift_keys");
   detail::require_finite(delta, "shift_keys", "delta");
   kk::run(enc, kk::Mode::shift, src, dst, Positions::sequence(delta, 0.0));
+}
+
+// ---- N-D positions (multi_axis.hpp, positions_nd.hpp): token i at the point p_i ∈ ℝᴰ.
+// The encoding is a MultiAxis (or a preset that is one); everything else is as above.
+
+/// dst[i,h,:] <- F(p_i) src[i,h,:] for points p_i (same extents, no overlap, or in place).
+template <class E, class TS, class TD>
+void encode_queries(const E& enc, TensorView<TS> src, TensorView<TD> dst, const PositionsND& pos) {
+  namespace k = detail::encode_kernels;
+  k::check_views(enc, src, dst, "encode_queries");
+  pos.check(dst.tokens(), enc.axes(), "encode_queries");
+  k::run(enc, k::Mode::query, src, dst, pos);
+}
+template <class E, class T>
+void encode_queries(const E& enc, TensorView<T> q, const PositionsND& pos) {
+  encode_queries(enc, q, q, pos);
+}
+/// dst[i,h,:] <- G(p_i) src[i,h,:] for points p_i.
+template <class E, class TS, class TD>
+void encode_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, const PositionsND& pos) {
+  namespace k = detail::encode_kernels;
+  k::check_views(enc, src, dst, "encode_keys");
+  pos.check(dst.tokens(), enc.axes(), "encode_keys");
+  k::run(enc, k::Mode::key, src, dst, pos);
+}
+template <class E, class T>
+void encode_keys(const E& enc, TensorView<T> k, const PositionsND& pos) {
+  encode_keys(enc, k, k, pos);
+}
+/// Keys encoded at p become keys encoded at p + delta (delta ∈ ℝᴰ): k <- A(-delta) k.
+template <class E, class TS, class TD>
+void shift_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst,
+                const std::vector<double>& delta) {
+  namespace k = detail::encode_kernels;
+  k::check_views(enc, src, dst, "shift_keys");
+  if (int(delta.size()) != enc.axes())
+    detail::fail("shift_keys: delta has " + std::to_string(delta.size()) +
+                 " coordinates, the encoding has " + std::to_string(enc.axes()) + " axes");
+  const PositionsND d = PositionsND::constant(delta.data(), enc.axes());
+  d.check(dst.tokens(), enc.axes(), "shift_keys");
+  k::run(enc, k::Mode::shift, src, dst, d);
+}
+template <class E, class T>
+void shift_keys(const E& enc, TensorView<T> k, const std::vector<double>& delta) {
+  shift_keys(enc, k, k, delta);
 }
 
 }  // namespace peal

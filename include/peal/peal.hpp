@@ -16,11 +16,15 @@
 #include "basis_change.hpp"
 #include "view.hpp"
 #include "positions.hpp"
+#include "positions_nd.hpp"
+#include "multi_axis.hpp"
 // Kernels on batches (docs/kernels-encode.md, docs/kernels-scores.md).
 #include "encode.hpp"
 #include "scores.hpp"
 #include "attention.hpp"
 #include "linear_attention.hpp"
+#include "scores_nd.hpp"
+#include "per_head.hpp"
 // Presets (docs/presets.md). hf_config.hpp (needs nlohmann/json) is included explicitly.
 #include "rope.hpp"
 #include "alibi.hpp"
