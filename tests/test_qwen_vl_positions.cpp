@@ -438,11 +438,28 @@ TEST_CASE("qwen_vl: Qwen2.5-VL video temporal ids, s = 1.0 / 0.5 / 1.5 / 0.7, bo
     REQUIRE(got(17, 0) == double(top + 1));  // VE
     REQUIRE(got.rope_delta == top + 2 - 18);
   }
+  // The default rounding is the product's (Qwen's original code).
+  {
+    QwenVlOptions o;
+    o.model = QwenVlModel::Qwen25VL;
+    REQUIRE(o.time_rounding == QwenVlTimeRounding::TruncateProduct);
+    QwenVlPositionBuilder b(o);
+    b.text(1).video({4, 4, 4}, 0.5);
+    for (LL f = 0; f < 4; ++f) REQUIRE(b.positions()(peal::Index(1 + 4 * f), 0) == double(1 + f));
+  }
   // Default second_per_grid_t (none given) is 1.0, as transformers' fallback.
   Prompt p(opts(QwenVlModel::Qwen25VL));
   p.video({4, 4, 4});
   const auto got = check_all(p);
   REQUIRE(got(1 + 4 * 3, 0) == 1 + 6);
+  // float32, not double: s = 2 / 1.5 fps, k = 1.5, frame 7: float32(4/3) * 7 = 9.3333340 and
+  // * 1.5 = 14.000001 -> 14 (torch), where double gives 13.999999999999998 -> 13.
+  {
+    QwenVlPositionBuilder b(opts(QwenVlModel::Qwen25VL, 1.5, QwenVlTimeRounding::TruncateProduct));
+    b.video({8, 2, 2}, 2.0 / 1.5);
+    REQUIRE(b.positions()(7, 0) == 14);
+    REQUIRE(LL(7 * (2.0 / 1.5) * 1.5) == 13);  // the double product would truncate to 13
+  }
   // A non-integral tokens_per_second goes through float32 in both roundings.
   for (auto r : {first, prod}) {
     Prompt q(opts(QwenVlModel::Qwen25VL, 2.5, r));
@@ -674,4 +691,62 @@ TEST_CASE("qwen_vl: bad input is refused with a message", "[qwen_vl]") {
   QwenVlPositionBuilder b25(q25);
   REQUIRE_THROWS_WITH(b25.video({2, 4, 4}, std::nan("")), Contains("[0, 2^40]"));
   REQUIRE(b.tokens() == 0);  // nothing appended by the refused calls
+  QwenVlPositionBuilder bp(opts(QwenVlModel::Qwen25VL, 1e6));
+  bp.text(2);
+  REQUIRE_THROWS_WITH(bp.video({4, 2, 2}, 1e10), Contains("qwen_vl_max_position"));
+  REQUIRE(bp.tokens() == 2);  // the refused segment left nothing behind
+  REQUIRE(bp.positions().ids.size() == 6);
+  REQUIRE(bp.positions().rope_delta == 0);
+}
+
+TEST_CASE("qwen_vl: a sweep of generated prompts, every model and rounding, with masks",
+          "[qwen_vl]") {
+  // Deterministic prompts: text runs, images and videos of assorted grids (merge 2), compared
+  // across the reference, the token form and the builder; then with padding on the left.
+  unsigned long long state = 12345;
+  auto next = [&](LL lo, LL hi) {  // uniform-ish in [lo, hi]
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + LL((state >> 33) % (unsigned long long)(hi - lo + 1));
+  };
+  const double seconds[] = {0.0, 0.25, 0.5, 0.7, 1.0, 4.0 / 3.0, 2.0, 3.5};
+  int prompts = 0;
+  for (QwenVlModel m : kModels)
+    for (auto r : {QwenVlTimeRounding::TruncateSecondsFirst, QwenVlTimeRounding::TruncateProduct})
+      for (double tps : {2.0, 25.0, 1.5})
+        for (int rep = 0; rep < 12; ++rep) {
+          Prompt p(opts(m, tps, r));
+          const bool with_seconds = m == QwenVlModel::Qwen25VL && rep % 2 == 0;
+          const LL parts = next(1, 6);
+          for (LL k = 0; k < parts; ++k) {
+            const LL kind = next(0, 2);
+            if (kind == 0) {
+              p.text(next(0, 5));
+            } else if (kind == 1) {
+              p.image({1, 2 * next(1, 5), 2 * next(1, 5)});
+            } else {
+              const QwenVlGrid g{next(1, 7), 2 * next(1, 3), 2 * next(1, 4)};
+              if (with_seconds)
+                p.video(g, seconds[next(0, 7)]);
+              else
+                p.video(g);
+            }
+          }
+          p.text(next(0, 3));
+          INFO("model " << int(m) << " rounding " << int(r) << " tps " << tps << " rep " << rep);
+          check_all(p);
+          std::vector<int> mk(p.ids.size(), 1);
+          const LL pad = std::min<LL>(next(0, 3), LL(mk.size()));
+          for (LL i = 0; i < pad; ++i) mk[std::size_t(i)] = 0;
+          if (p.images.empty() && p.videos.empty() && !mk.empty()) mk.back() = 0;
+          // Left padding over plain text only (masking a vision_start would hide its segment).
+          bool masks_vision = false;
+          for (LL i = 0; i < pad; ++i)
+            masks_vision |= p.ids[std::size_t(i)] == kVS || p.ids[std::size_t(i)] == kImg ||
+                            p.ids[std::size_t(i)] == kVid;
+          if (!masks_vision) {
+            require_equal(p.token_form(mk), p.reference(mk));
+            ++prompts;
+          }
+        }
+  REQUIRE(prompts > 50);  // the masked comparison ran on most prompts
 }

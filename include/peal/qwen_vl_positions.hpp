@@ -1,8 +1,10 @@
 // The (t, h, w) position ids of Qwen2-VL / Qwen2.5-VL / Qwen3-VL prompts (multimodal RoPE,
 // docs/design.md §1 "N-D positions"), exactly as Hugging Face transformers' get_rope_index
-// computes them (transformers 4.5x: models/qwen2_vl, qwen2_5_vl, qwen3_vl modeling_*.py,
-// Qwen2VLModel.get_rope_index and its copies). The result feeds an M-RoPE encoding as
-// [tokens, 3] positions; this header only computes positions, it encodes nothing.
+// computes them (transformers 4.x: src/transformers/models/{qwen2_vl, qwen2_5_vl, qwen3_vl}/
+// modeling_*.py, Qwen2VLModel.get_rope_index and its Qwen2.5-VL / Qwen3-VL variants, read at the
+// stored commits 00b676f8 (qwen2_vl, qwen2_5_vl), efa7189c (first qwen2_5_vl), 00709b86
+// (qwen3_vl)). The result feeds an M-RoPE encoding as [tokens, 3] positions; this header only
+// computes positions, it encodes nothing.
 //
 // The prompt is text and vision segments. A vision segment is the run of image (video) pad
 // tokens standing for one grid_thw = (t, h, w) in patches; after the 2x2 (spatial_merge_size)
@@ -11,21 +13,29 @@
 //   text token        t = h = w = next, next += 1 (the vision_start / vision_end tokens are text)
 //   vision segment    frame f, merged row r, merged column c:
 //                       t = next + tau(f),  h = next + r,  w = next + c,
-//                     then next = max over the segment + 1 = next + max(tau(t-1), h/m - 1, w/m - 1)
-//                     + 1
+//                     then next = (max over the segment) + 1
+//                               = next + max(tau(t-1), h/m - 1, w/m - 1) + 1
 //   tau(f)            Qwen2-VL: f.  Qwen3-VL: 0 (a video is split into t one-frame grids, each
 //                     preceded by its own timestamp text and vision_start: the processor writes
 //                     "<t seconds><|vision_start|><video pads><|vision_end|>" per frame).
 //                     Qwen2.5-VL images: 0 (second_per_grid_t = 0). Qwen2.5-VL videos, with
 //                     s = second_per_grid_t (processor: temporal_patch_size / fps; default 1.0)
 //                     and k = tokens_per_second (vision_config; 2 in the released checkpoints):
-//                       TruncateSecondsFirst: f * trunc(s) * k   (transformers 4.50-4.57 cast s
-//                         with torch.as_tensor(s, dtype=int64) before multiplying, and 5.x writes
-//                         tokens_per_second * int(second_per_grid_t)): s = 0.5 gives tau = 0;
-//                       TruncateProduct: trunc(float32(float32(f * s) * k))   (Qwen's original
-//                         code, transformers 4.49 and transformers after PR #48669).
-//                     A non-integral k is multiplied in float32 (torch's default dtype), as torch
-//                     does when an int64 tensor meets a Python float.
+//                       TruncateProduct (default): trunc(float32(float32(f) * float32(s)) * k)
+//                         -- transformers' first Qwen2.5-VL code (stored commit efa7189c:
+//                         time_tensor = expanded_range * second_per_grid_t * tokens_per_second,
+//                         a float32 product, then .long()), Qwen's design, and transformers
+//                         after PR #48669 ("Fix Qwen2.5-VL temporal RoPE for fractional video
+//                         intervals"): s = 0.5, k = 2 gives tau = 0, 1, 2, 3;
+//                       TruncateSecondsFirst: f * trunc(float32(s)) * k -- later 4.5x releases
+//                         (stored commit 00b676f8: second_per_grid_t = torch.as_tensor(
+//                         second_per_grid_t, dtype=range_tensor.dtype), int64, before the
+//                         product) and 5.x before PR #48669 (tokens_per_second *
+//                         int(second_per_grid_t)): s = 0.5 gives tau = 0, 0, 0, 0.
+//                     Pick the one of the transformers release to be matched. A non-integral k
+//                     multiplies in float32 (torch's default dtype, as when an int64 tensor
+//                     meets a Python float); an integral k in int64 (TruncateSecondsFirst) or
+//                     float32 (TruncateProduct), as there.
 //   rope_delta        max(ids) + 1 - n, with n the whole length including padding: decoding
 //                     token j (0-based over the whole sequence) has t = h = w = j + rope_delta.
 //
@@ -92,7 +102,7 @@ struct QwenVlOptions {
   QwenVlModel model = QwenVlModel::Qwen2VL;
   int spatial_merge_size = 2;    ///< vision_config.spatial_merge_size
   double tokens_per_second = 2;  ///< vision_config.tokens_per_second (Qwen2.5-VL only)
-  QwenVlTimeRounding time_rounding = QwenVlTimeRounding::TruncateSecondsFirst;
+  QwenVlTimeRounding time_rounding = QwenVlTimeRounding::TruncateProduct;
 };
 
 /// Largest number of tokens of a prompt, of one vision segment, or of a builder's total.
@@ -290,14 +300,19 @@ class QwenVlPositionBuilder {
     grow(n, where);
     const std::size_t at = out_.ids.size();
     out_.ids.resize(at + std::size_t(3 * n));
-    const long long top =
-        detail::qwen_vl::place_vision(next_, g, video, seconds, opt_, where,
-                                      [&](long long k, long long t, long long h, long long w) {
-                                        double* p = out_.ids.data() + at + std::size_t(3 * k);
-                                        p[0] = double(t);
-                                        p[1] = double(h);
-                                        p[2] = double(w);
-                                      });
+    long long top = 0;
+    try {
+      top = detail::qwen_vl::place_vision(next_, g, video, seconds, opt_, where,
+                                          [&](long long k, long long t, long long h, long long w) {
+                                            double* p = out_.ids.data() + at + std::size_t(3 * k);
+                                            p[0] = double(t);
+                                            p[1] = double(h);
+                                            p[2] = double(w);
+                                          });
+    } catch (...) {
+      out_.ids.resize(at);  // a refused segment leaves the builder as it was
+      throw;
+    }
     next_ = top + 1;
     out_.rope_delta = next_ - static_cast<long long>(out_.tokens());
     ++images_videos_;
@@ -307,7 +322,6 @@ class QwenVlPositionBuilder {
   void grow(long long n, const char* where) {
     if (n > qwen_vl_max_tokens - static_cast<long long>(out_.tokens()))
       detail::fail(std::string(where) + ": more than qwen_vl_max_tokens = 2^30 tokens in total");
-    out_.ids.reserve(out_.ids.size() + std::size_t(3 * n));
   }
 
   QwenVlOptions opt_;
