@@ -294,6 +294,45 @@ TEST_CASE("hf_config: other spellings (head_dim, GPT-J, dynamic, v5 rope_paramet
   REQUIRE(c.scaling.type == peal::RopeType::Default);
 }
 
+TEST_CASE("hf_config: M-RoPE (Qwen2-VL legacy type, Qwen3-VL text_config, interleaved)",
+          "[hf_config][mrope]") {
+  // Qwen2-VL-7B-Instruct's shape: top-level language keys, "type": "mrope".
+  auto c = parse(R"({"model_type": "qwen2_vl", "hidden_size": 3584, "num_attention_heads": 28,
+                     "rope_theta": 1000000.0, "max_position_embeddings": 32768,
+                     "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+                     "vision_config": {"depth": 32, "embed_dim": 1280}})");
+  REQUIRE(c.head_dim == 128);
+  REQUIRE(c.scaling.type == peal::RopeType::Default);
+  REQUIRE(c.scaling.mrope_section == std::vector<int>{16, 24, 24});
+  REQUIRE_FALSE(c.scaling.mrope_interleaved);
+  const auto m = peal::mrope<double>(c);
+  REQUIRE(m.pair_axis()[15] == 0);
+  REQUIRE(m.pair_axis()[16] == 1);
+  REQUIRE(m.pair_axis()[40] == 2);
+  REQUIRE_THROWS_WITH(peal::rope<double>(c), Catch::Contains("mrope"));
+  // Qwen3-VL's shape: everything under text_config, rope_type default + interleaved.
+  c = parse(R"({"model_type": "qwen3_vl", "architectures": ["Qwen3VLForConditionalGeneration"],
+                "text_config": {"head_dim": 128, "hidden_size": 4096, "num_attention_heads": 32,
+                                "rope_theta": 5000000, "max_position_embeddings": 262144,
+                                "rope_scaling": {"mrope_interleaved": true,
+                                                 "mrope_section": [24, 20, 20],
+                                                 "rope_type": "default"}},
+                "vision_config": {"depth": 27}})");
+  REQUIRE(c.rope_theta == 5e6);
+  REQUIRE(c.scaling.mrope_interleaved);
+  REQUIRE(peal::mrope<double>(c).pair_axis()[1] == 1);
+  // Sections that do not sum to rotary_dim / 2, or are not integers, name the key.
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 128, "rope_scaling": {"type": "mrope",
+                                "mrope_section": [16, 24, 16]}})"),
+                      Catch::Contains("mrope_section") && Catch::Contains("sums to 56"));
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 128, "rope_scaling": {"type": "mrope",
+                                "mrope_section": [16, 24.5, 23.5]}})"),
+                      Catch::Contains("integers"));
+  REQUIRE_THROWS_WITH(parse(R"({"head_dim": 128, "rope_scaling": {"rope_type": "default",
+                                "mrope_interleaved": true}})"),
+                      Catch::Contains("without mrope_section"));
+}
+
 TEST_CASE("hf_config: errors", "[hf_config][errors]") {
   using peal::invalid_argument;
   // Unknown scaling type.

@@ -15,7 +15,12 @@
 //                            "rope_type" or the legacy "type" ("su" = longrope); fields
 //                            factor, original_max_position_embeddings, beta_fast, beta_slow,
 //                            truncate, mscale, mscale_all_dim, attention_factor,
-//                            short_factor, long_factor, low_freq_factor, high_freq_factor.
+//                            short_factor, long_factor, low_freq_factor, high_freq_factor;
+//                            M-RoPE's mrope_section (integers) and mrope_interleaved, with
+//                            Qwen2-VL's legacy "type": "mrope" read as default (mrope.hpp).
+//   text_config              a vision-language config (Qwen3-VL) whose top level has none of
+//                            head_dim, hidden_size, rope_scaling, rope_parameters is read
+//                            from its text_config.
 //                            A top-level original_max_position_embeddings (Phi-3) fills the
 //                            scaling's when the scaling block has none.
 // Layout: Layout::HalfSplit (HF's rotate_half), except model_type "gptj" (rotate_every_two:
@@ -41,6 +46,7 @@
 
 #include "errors.hpp"
 #include "layout.hpp"
+#include "mrope.hpp"
 #include "rope.hpp"
 
 namespace peal {
@@ -131,6 +137,12 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
   if (params && !params->is_object())
     detail::fail("hf_config: rope_parameters must be an object or null");
 
+  // Vision-language configs (Qwen3-VL, ...) keep the language model's keys in text_config.
+  const json* text = hf::find(cfg, "text_config");
+  if (text && text->is_object() && !hf::find(cfg, "head_dim") && !hf::find(cfg, "hidden_size") &&
+      !hf::find(cfg, "rope_scaling") && !params)
+    return rope_config_from_hf(*text, layout);
+
   RopeConfig c;
 
   // head_dim, else hidden_size // num_attention_heads.
@@ -211,7 +223,11 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
       if (!type->is_string())
         detail::fail(std::string("hf_config: ") + where + "rope_type must be a string, got " +
                      type->dump());
-      s.type = rope_type_from_string(type->get<std::string>());
+      // Qwen2-VL's legacy "type": "mrope" is default RoPE with sections (transformers maps
+      // it to "default"); the sections make it M-RoPE.
+      const std::string name = type->get<std::string>();
+      const bool legacy = !hf::find(*rs, "rope_type");
+      s.type = legacy && name == "mrope" ? RopeType::Default : rope_type_from_string(name);
     }
     s.factor = hf::number(*rs, "factor", where);
     s.original_max_position_embeddings = hf::number(*rs, "original_max_position_embeddings", where);
@@ -226,11 +242,32 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
     s.long_factor = hf::numbers(*rs, "long_factor", where, max_list);
     s.low_freq_factor = hf::number(*rs, "low_freq_factor", where);
     s.high_freq_factor = hf::number(*rs, "high_freq_factor", where);
+    // M-RoPE (mrope.hpp): sections of (t, h, w) pairs, integers; interleaved for Qwen3-VL.
+    if (const auto sec = hf::numbers(*rs, "mrope_section", where, 8)) {
+      for (double v : *sec) {
+        if (!(v >= 0 && v <= preset_max_head_dim / 2) || v != std::floor(v))
+          detail::fail(std::string("hf_config: ") + where +
+                       "mrope_section entries must be integers in [0, 32768], got " +
+                       detail::rope_impl::num(v));
+        s.mrope_section.push_back(int(v));
+      }
+    }
+    s.mrope_interleaved = hf::boolean(*rs, "mrope_interleaved", where).value_or(false);
+    if (s.mrope_interleaved && s.mrope_section.empty())
+      detail::fail(std::string("hf_config: ") + where + "mrope_interleaved without mrope_section");
   }
   if (!c.scaling.original_max_position_embeddings)
     c.scaling.original_max_position_embeddings = top_num(cfg, "original_max_position_embeddings");
 
   validate_rope_config(c);
+  if (!c.scaling.mrope_section.empty()) {
+    try {
+      (void)mrope_pair_axes(c.scaling.mrope_section, c.scaling.mrope_interleaved,
+                            rope_rotary_dim(c) / 2);
+    } catch (const invalid_argument& e) {
+      detail::fail(std::string("hf_config: rope_scaling.mrope_section: ") + e.what());
+    }
+  }
   return c;
 }
 

@@ -30,3 +30,6 @@
 #include "alibi.hpp"
 #include "xpos.hpp"
 #include "retnet.hpp"
+#include "mrope.hpp"
+#include "vision_rope.hpp"
+#include "qwen_vl_positions.hpp"
