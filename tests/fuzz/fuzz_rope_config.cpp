@@ -2,6 +2,7 @@
 // replayed by the ordinary build as the ctest fuzz_corpus_replay, tests/fuzz/replay_main.cpp):
 //
 //   bytes -> JSON (nlohmann) -> RopeConfig (rope_config_from_hf) -> rope<float>, rope<double>
+//         (mrope<float>, mrope<double> when the config has an mrope_section)
 //         -> encode a few vectors at a few positions (0 .. 2^64, negative too), one vector at a
 //            time (encode_query / encode_key) and as a batch (encode_queries / encode_keys).
 //
@@ -118,6 +119,32 @@ void check_encoding(const peal::RopeEncoding<S>& rope) {
   }
 }
 
+// M-RoPE: every (t, h, w) point of kPositions' first entries mixed per axis, one vector at a
+// time and as a batch: finite, norm-preserving, the identity at the origin.
+template <class S>
+void check_mrope(const peal::MRopeEncoding<S>& m) {
+  const int d = m.head_dim();
+  if (d <= 0 || d > peal::preset_max_head_dim) bug("head_dim out of range", d);
+  const int n_pts = d > 1024 ? 2 : 6;
+  std::vector<double> pts;
+  for (int i = 0; i < n_pts; ++i)
+    pts.insert(pts.end(), {kPositions[i * 2 % 14], kPositions[(i * 5 + 1) % 14], kPositions[(i * 3 + 8) % 14]});
+  pts[0] = pts[1] = pts[2] = 0.0;
+  const peal::Vector<S> q = pattern<S>(d, 1);
+  std::vector<S> x(std::size_t(n_pts) * std::size_t(d));
+  for (int i = 0; i < n_pts; ++i) {
+    peal::Vector<S> e = q;
+    m.encode_query(e, std::vector<double>(pts.begin() + 3 * i, pts.begin() + 3 * i + 3));
+    if (i == 0 && e != q) bug("M-RoPE at the origin is not the identity");
+    check_rotated(q.data(), e.data(), d, pts[std::size_t(3 * i)]);
+    for (int j = 0; j < d; ++j) x[std::size_t(i * d + j)] = q(j);
+  }
+  std::vector<S> y = x;
+  peal::encode_keys(m, peal::make_view(y.data(), n_pts, 1, d), peal::PositionsND(pts, 3));
+  for (int i = 0; i < n_pts; ++i)
+    check_rotated(x.data() + i * d, y.data() + i * d, d, pts[std::size_t(3 * i)]);
+}
+
 // rope<S>(cfg, seq_len): for a validated config and seq_len in [0, 2^53] it may only fail
 // (with invalid_argument) for dynamic NTK past max_position_embeddings, whose base grows
 // with seq_len, and for seq_len = 0 where dynamic and longrope need a length; every other
@@ -129,6 +156,22 @@ void run(const peal::RopeConfig& cfg, double seq_len) {
   const bool may_fail = (needs_len && seq_len == 0) ||
                         (type == peal::RopeType::Dynamic &&
                          !(cfg.max_position_embeddings && seq_len <= *cfg.max_position_embeddings));
+  if (!cfg.scaling.mrope_section.empty()) {
+    try {
+      (void)peal::rope<S>(cfg, seq_len);
+      bug("rope() accepted an M-RoPE configuration");
+    } catch (const peal::invalid_argument&) {
+    }
+    std::optional<peal::MRopeEncoding<S>> m;
+    try {
+      m.emplace(peal::mrope<S>(cfg, seq_len));
+    } catch (const peal::invalid_argument&) {
+      if (!may_fail) bug("mrope() rejected a validated configuration", seq_len);
+      return;
+    }
+    check_mrope(*m);
+    return;
+  }
   std::optional<peal::RopeEncoding<S>> built;
   try {
     built.emplace(peal::rope<S>(cfg, seq_len));
