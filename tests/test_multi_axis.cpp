@@ -293,3 +293,24 @@ TEST_CASE("multi_axis: bad input", "[multi_axis][errors]") {
   REQUIRE_THROWS_WITH(peal::PositionsND(p.data(), 2, 0), Catch::Contains("number of axes"));
   REQUIRE_THROWS_WITH(peal::PositionsND(std::vector<double>(5), 2), Catch::Contains("multiple"));
 }
+
+TEST_CASE("multi_axis: a factor past the range of float (fused N-D rotation kernel)",
+          "[multi_axis][encode]") {
+  // Key factor e^{-a.p} = e^{100} overflows float: the kernel rotates in double and scales
+  // exactly, so a zero stays 0 and the others become ±inf with the sign of the rotated
+  // value, never NaN. (The per-token encode_key applies the axes one after the other and may
+  // meet inf * 0 there: docs/positions-nd.md, "Limits".)
+  using B = peal::Bank<peal::RotationBlock<float>>;
+  std::vector<peal::RotationBlock<float>> bx(2, peal::RotationBlock<float>(0.3L, -0.5f)),
+      by(2, peal::RotationBlock<float>(0.0L, 0.0f));
+  const peal::MultiAxis<B> e({B(bx), B(by)});
+  std::vector<float> k = {1, 0, 0, 0};
+  const std::vector<double> p = {200.0, 7.0};
+  peal::encode_keys(e, peal::TensorView<float>(k.data(), 1, 1, 4), peal::PositionsND(p, 2));
+  // pair 0 (coordinates 0, 1, interleaved): (1, 0) rotated by 0.3 * 200 = 60 rad, times e^100
+  const double c = std::cos(60.0), sn = std::sin(60.0);
+  CHECK(k[0] == (c > 0 ? INFINITY : -INFINITY));
+  CHECK(k[1] == (sn > 0 ? INFINITY : -INFINITY));
+  CHECK(k[2] == 0.0f);  // pair 1 is (0, 0)
+  CHECK(k[3] == 0.0f);
+}

@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <peal/detail/sincos.hpp>
 #include <sstream>
 #include <string>
@@ -323,7 +324,11 @@ struct kernel_for;
 template <class A, class E>
 using kernel_t = typename kernel_for<A, E>::type;
 
-/// Bank<RotationBlock>: angles of all n blocks in one batched sincos per token.
+/// Bank<RotationBlock>: angles of all n blocks in one batched sincos per token. Also the
+/// kernel of MultiAxis<Bank<RotationBlock>> (N-D points): the angle of pair i is
+/// ω_i·p = Σ_a ω_{a,i} p_a, each axis's term reduced exactly (over the pairs where ω_{a,i}
+/// is non-zero only: M-RoPE's pairs follow one axis), then one sincos and one rotation per
+/// pair, as in 1-D; the growth is e^{±a_i·p}.
 template <class A>
 class RotationBankKernel {
  public:
@@ -342,41 +347,70 @@ class RotationBankKernel {
         ss_(cc_.size()) {
     pure_ = (bank.params().col(2) == 0).all();
   }
+  template <class S>
+  RotationBankKernel(const MultiAxis<Bank<RotationBlock<S>>>& m, Mode mode)
+      : RotationBankKernel(m.axis(0), mode) {
+    nd_ = true;
+    w_hi_ = w_lo_ = a_ = nullptr;  // the per-axis tables below are the kernel's own copies
+    for (int a = 0; a < m.axes(); ++a) {
+      const auto& P = m.axis(a).params();
+      Axis ax;
+      for (int i = 0; i < n_; ++i)
+        if (P(i, 0) != 0 || P(i, 1) != 0) {
+          ax.idx.push_back(i);
+          ax.hi.push_back(P(i, 0));
+          ax.lo.push_back(P(i, 1));
+        }
+      ax.a.assign(P.col(2).data(), P.col(2).data() + n_);
+      ax.growth = !(P.col(2) == 0).all();
+      pure_ = pure_ && !ax.growth;
+      axes_.push_back(std::move(ax));
+    }
+    r_.resize(std::size_t(n_));
+    tmp_.resize(std::size_t(n_));
+    e_.resize(std::size_t(n_));
+  }
   int dim() const { return 2 * n_; }
 
   void prepare(double p) {
     if (n_ == 0) return;
     angles_sincos(w_hi_, w_lo_, p, n_, sd_.data(), cd_.data());  // of omega * p
-    double* PEAL_RESTRICT sd = sd_.data();
-    double* PEAL_RESTRICT cd = cd_.data();
-    big_ = false;
     if (!pure_) {
       // Query: A(t)^T = e^{a t} R(omega t); key: A(-s) = e^{-a s} R(omega s).
-      double* PEAL_RESTRICT g = gd_.data();
-      exp_batch(a_, query_ ? p : -p, n_, g);
-      int big = 0;  // a factor beyond the range of A: rows go through past_range()
-      for (int i = 0; i < n_; ++i) big |= !(g[i] <= double(std::numeric_limits<A>::max()));
-      big_ = big != 0;
-      if (big_) p_ = query_ ? p : -p;
-      for (int i = 0; i < n_ && !big_; ++i) {
-        sd[i] *= g[i];
-        cd[i] *= g[i];
-      }
+      exp_batch(a_, query_ ? p : -p, n_, gd_.data());
+      p_ = query_ ? p : -p;
     }
-    A* PEAL_RESTRICT cc = cc_.data();
-    A* PEAL_RESTRICT ss = ss_.data();
-    if (interleaved_) {
-      for (int i = 0; i < n_; ++i) {
-        cc[2 * i] = cc[2 * i + 1] = A(cd[i]);
-        ss[2 * i] = A(-sd[i]);
-        ss[2 * i + 1] = A(sd[i]);
+    finish();
+  }
+  void prepare(const PointRef& p) {
+    if (n_ == 0) return;
+    double* PEAL_RESTRICT r = r_.data();
+    for (int i = 0; i < n_; ++i) r[i] = 0;
+    for (std::size_t a = 0; a < axes_.size(); ++a) {
+      const Axis& ax = axes_[a];
+      const double pa = p[int(a)];
+      const int m = int(ax.idx.size());
+      if (pa == 0 || m == 0) continue;
+      if (m == n_) {  // every pair follows this axis: no gather
+        angles_reduced_add(ax.hi.data(), ax.lo.data(), pa, m, r);
+        continue;
       }
-    } else {
-      for (int i = 0; i < n_; ++i) {
-        cc[i] = A(cd[i]);
-        ss[i] = A(sd[i]);
-      }
+      double* PEAL_RESTRICT t = tmp_.data();
+      for (int k = 0; k < m; ++k) t[k] = 0;
+      angles_reduced_add(ax.hi.data(), ax.lo.data(), pa, m, t);
+      for (int k = 0; k < m; ++k) r[ax.idx[std::size_t(k)]] += t[k];
     }
+    for (int i = 0; i < n_; ++i) sincos_reduced(r[i], sd_[std::size_t(i)], cd_[std::size_t(i)]);
+    if (!pure_) {
+      double* PEAL_RESTRICT e = e_.data();
+      for (int i = 0; i < n_; ++i) e[i] = 0;
+      for (std::size_t a = 0; a < axes_.size(); ++a)
+        if (axes_[a].growth)
+          for (int i = 0; i < n_; ++i) e[i] += axes_[a].a[std::size_t(i)] * p[int(a)];
+      exp_batch(e, query_ ? 1.0 : -1.0, n_, gd_.data());
+      p_ = query_ ? 1.0 : -1.0;
+    }
+    finish();
   }
   PEAL_NOINLINE void inplace(A* x, Index heads, Index xs) {
     if (big_) return past_range(x, xs, x, xs, heads);
@@ -398,6 +432,44 @@ class RotationBankKernel {
   }
 
  private:
+  struct Axis {
+    std::vector<int> idx;          // pairs with a non-zero frequency on this axis
+    std::vector<double> hi, lo;    // their frequencies (compact)
+    std::vector<double> a;         // growth rate of every pair on this axis
+    bool growth = false;
+  };
+
+  // sd/cd hold sin/cos of the angles and, unless pure, gd the factors e^{±growth}: scale
+  // (or defer to past_range when a factor leaves the range of A) and lay out the tables.
+  void finish() {
+    double* PEAL_RESTRICT sd = sd_.data();
+    double* PEAL_RESTRICT cd = cd_.data();
+    big_ = false;
+    if (!pure_) {
+      const double* PEAL_RESTRICT g = gd_.data();
+      int big = 0;  // a factor beyond the range of A: rows go through past_range()
+      for (int i = 0; i < n_; ++i) big |= !(g[i] <= double(std::numeric_limits<A>::max()));
+      big_ = big != 0;
+      for (int i = 0; i < n_ && !big_; ++i) {
+        sd[i] *= g[i];
+        cd[i] *= g[i];
+      }
+    }
+    A* PEAL_RESTRICT cc = cc_.data();
+    A* PEAL_RESTRICT ss = ss_.data();
+    if (interleaved_) {
+      for (int i = 0; i < n_; ++i) {
+        cc[2 * i] = cc[2 * i + 1] = A(cd[i]);
+        ss[2 * i] = A(-sd[i]);
+        ss[2 * i + 1] = A(sd[i]);
+      }
+    } else {
+      for (int i = 0; i < n_; ++i) {
+        cc[i] = A(cd[i]);
+        ss[i] = A(sd[i]);
+      }
+    }
+  }
   // A token whose factor e^{±a p} is beyond the range of A (detail/exp_poly.hpp, "Past the
   // range"): rotate in double, then scale exactly, so a zero stays 0 (not inf·0) and a tiny
   // component stays finite when its product is. Not the hot path.
@@ -407,18 +479,21 @@ class RotationBankKernel {
       for (int i = 0; i < n_; ++i) {
         const Index j0 = h * xs + Index(step) * i, k0 = h * ys + Index(step) * i;
         const double x0 = double(x[j0]), x1 = double(x[j0 + stride]);
-        const double c = cd_[std::size_t(i)], s = sd_[std::size_t(i)], e = a_[i] * p_;
+        const double c = cd_[std::size_t(i)], s = sd_[std::size_t(i)];
+        const double e = (nd_ ? e_[std::size_t(i)] : a_[i]) * p_;
         y[k0] = A(detail::mul_exp(c * x0 - s * x1, e));
         y[k0 + stride] = A(detail::mul_exp(s * x0 + c * x1, e));
       }
   }
 
   int n_;
-  bool interleaved_, query_, pure_ = true, big_ = false;
-  double p_ = 0;
+  bool interleaved_, query_, pure_ = true, big_ = false, nd_ = false;
+  double p_ = 0;  // the exponent's multiplier: ±p (1-D), ±1 (N-D, e_ holding a·p)
   const double *w_hi_, *w_lo_, *a_;
   std::vector<double> sd_, cd_, gd_;
   std::vector<A> cc_, ss_;
+  std::vector<Axis> axes_;
+  std::vector<double> r_, tmp_, e_;
 };
 
 /// Bank<RealBlock>: a diagonal scale e^{lambda_i t} (query) or e^{-lambda_i s} (key).
@@ -744,6 +819,58 @@ class MultiAxisKernel {
   std::vector<kernel_t<A, E>> ks_;
 };
 
+/// MultiAxis<BlockDiagonal<Parts...>>: part I over points, MultiAxis of the axes' part I,
+/// on its coordinate range (the axes share the block structure, so the parts line up).
+template <class A, class... Parts>
+class MultiAxisPartsKernel {
+  static constexpr std::size_t N = sizeof...(Parts);
+
+ public:
+  MultiAxisPartsKernel(const MultiAxis<BlockDiagonal<Parts...>>& m, Mode mode)
+      : MultiAxisPartsKernel(m, mode, std::make_index_sequence<N>{}) {}
+  int dim() const { return dim_; }
+  void prepare(const PointRef& p) {
+    std::apply([&p](auto&... k) { (k.prepare(p), ...); }, ks_);
+  }
+  void inplace(A* x, Index heads, Index xs) {
+    inplace_impl(x, heads, xs, std::make_index_sequence<N>{});
+  }
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    copy_impl(x, xs, y, ys, heads, std::make_index_sequence<N>{});
+  }
+
+ private:
+  template <std::size_t I, class BD>
+  static auto part_axes(const MultiAxis<BD>& m) {
+    using P = std::tuple_element_t<I, std::tuple<Parts...>>;
+    std::vector<P> parts;
+    for (int a = 0; a < m.axes(); ++a) parts.push_back(m.axis(a).template part<I>());
+    return MultiAxis<P>(std::move(parts));
+  }
+  // The part encodings live on the heap, owned here: part kernels may keep pointers into
+  // their encoding's parameters, and the heap keeps them valid if this kernel moves.
+  template <std::size_t... I>
+  MultiAxisPartsKernel(const MultiAxis<BlockDiagonal<Parts...>>& m, Mode mode,
+                       std::index_sequence<I...>)
+      : parts_(std::make_unique<std::tuple<MultiAxis<Parts>...>>(part_axes<I>(m)...)),
+        ks_(kernel_t<A, MultiAxis<Parts>>(std::get<I>(*parts_), mode)...),
+        off_{{m.axis(0).template offset<I>()...}},
+        dim_(m.dim()) {}
+  template <std::size_t... I>
+  void inplace_impl(A* x, Index heads, Index xs, std::index_sequence<I...>) {
+    (std::get<I>(ks_).inplace(x + off_[I], heads, xs), ...);
+  }
+  template <std::size_t... I>
+  void copy_impl(const A* x, Index xs, A* y, Index ys, Index heads, std::index_sequence<I...>) {
+    (std::get<I>(ks_).copy(x + off_[I], xs, y + off_[I], ys, heads), ...);
+  }
+
+  std::unique_ptr<std::tuple<MultiAxis<Parts>...>> parts_;
+  std::tuple<kernel_t<A, MultiAxis<Parts>>...> ks_;
+  std::array<int, N> off_;
+  int dim_;
+};
+
 // ---- Dispatch: the most specific kernel for an encoding type.
 template <class A, class E, class>
 struct kernel_for {
@@ -770,10 +897,24 @@ template <class A, class E>
 struct kernel_for<A, BasisChange<E>> {
   using type = BasisChangeKernel<A, E>;
 };
-template <class A, class E>
-struct kernel_for<A, MultiAxis<E>> {
+// Over points: the axes' kernels in turn, except for rotation banks (one fused N-D kernel)
+// and compositions, which are the composition of their parts over points (part I's kernel
+// is that of MultiAxis<Part_I>, so M-RoPE's rotation bank gets the fused kernel).
+template <class A, class E, class = void>
+struct multi_axis_kernel {
   using type = MultiAxisKernel<A, E>;
 };
+template <class A, class S>
+struct multi_axis_kernel<A, Bank<RotationBlock<S>>,
+                         std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
+  using type = RotationBankKernel<A>;
+};
+template <class A, class... Parts>
+struct multi_axis_kernel<A, BlockDiagonal<Parts...>> {
+  using type = MultiAxisPartsKernel<A, Parts...>;
+};
+template <class A, class E>
+struct kernel_for<A, MultiAxis<E>> : multi_axis_kernel<A, E> {};
 template <class A, class E>  // a preset: the kernel of the encoding it is
 struct kernel_for<A, E, std::enable_if_t<has_encoding_type<E>::value>>
     : kernel_for<A, typename E::encoding_type> {};

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <peal/detail/angle.hpp>
 
+#include "compiler.hpp"
+
 namespace peal {
 namespace detail {
 inline namespace PEAL_DETAIL_FMA_NAMESPACE {  // see detail/angle.hpp
@@ -114,6 +116,27 @@ inline void angles_sincos_impl(const double* w_hi, const double* w_lo, double t,
     s[i] = static_cast<Out>(si);
     c[i] = static_cast<Out>(ci);
   }
+}
+
+/// r[i] += (w_hi[i] + w_lo[i]) t reduced mod 2π into [-π, π] (the reduction of
+/// angles_sincos, path chosen once per call the same way): the per-axis terms of an N-D
+/// angle ω·p = Σ_a ω_a p_a, each reduced exactly, accumulated. |r| then stays ≤ D π, well
+/// inside sincos_reduced's range.
+inline void angles_reduced_add(const double* w_hi, const double* w_lo, double t, int n,
+                               double* PEAL_RESTRICT r) {
+  const double abs_t = fast_path_t(t);
+  int not_cw = 0, not_turns = 0;
+  for (int i = 0; i < n; ++i) not_cw |= !(fast_path_bound(w_hi[i], w_lo[i], abs_t) <= cody_waite_limit);
+  if (!not_cw) {
+    for (int i = 0; i < n; ++i) r[i] += reduced_angle_cody_waite(w_hi[i], w_lo[i], t);
+    return;
+  }
+  for (int i = 0; i < n; ++i) not_turns |= !(fast_path_bound(w_hi[i], w_lo[i], abs_t) <= turns_limit);
+  if (!not_turns) {
+    for (int i = 0; i < n; ++i) r[i] += reduced_angle_turns(w_hi[i], w_lo[i], t);
+    return;
+  }
+  for (int i = 0; i < n; ++i) r[i] += reduced_angle(w_hi[i], w_lo[i], t);
 }
 
 /// s[i] = sin((w_hi[i] + w_lo[i]) t), c[i] = cos(…), i < n: one position, n frequencies
