@@ -432,12 +432,11 @@ struct Parser {
         break;
       }
       case GgufType::String: {
-        const std::uint64_t at = c.pos();
-        v.count = c.u64(what + " length");
-        c.need(v.count, what + " (a string of " + std::to_string(v.count) + " bytes)");
+        v.count = c.u64(what);  // the length
+        c.need(v.count, what);
         if (keep && v.count <= gguf_max_kept_string_bytes) {
-          c.seek(at);
-          v.str = read_string(c, gguf_max_kept_string_bytes, what);
+          v.str.assign(static_cast<std::size_t>(v.count), '\0');
+          if (v.count) c.bytes(&v.str[0], static_cast<std::size_t>(v.count), what);
         } else {
           v.loaded = false;
           c.skip(v.count, what);
@@ -471,9 +470,9 @@ struct Parser {
           c.skip(v.count * m, what + " elements");
           break;
         }
+        const std::string elem = "an element of " + what;  // built once, not per element
         for (std::uint64_t k = 0; k < v.count; ++k) {
-          GgufValue e = value(v.element_type, depth + 1, keep_elems,
-                              what + "[" + std::to_string(k) + "]");
+          GgufValue e = value(v.element_type, depth + 1, keep_elems, elem);
           if (keep_elems) v.elements.push_back(std::move(e));
         }
         break;
