@@ -643,17 +643,26 @@ inline GgufMetadata gguf_metadata_from_bytes(const void* data, std::size_t size,
   return detail::gguf::read(c);
 }
 
+/// Reads the metadata of a GGUF image from a seekable binary stream positioned anywhere
+/// (offsets are from its beginning; its size is found by seeking to the end), incrementally:
+/// the header region and the small RoPE tensors only. `name` is used in messages.
+inline GgufMetadata gguf_metadata_from_stream(std::istream& in, const std::string& name) {
+  in.clear();
+  in.seekg(0, std::ios::end);
+  const std::streamoff end = in.tellg();
+  if (!in || end < 0) detail::fail("gguf_config: cannot determine the size of \"" + name + "\"");
+  in.seekg(0, std::ios::beg);
+  if (!in) detail::fail("gguf_config: cannot seek in \"" + name + "\"");
+  detail::gguf::Cursor c(in, static_cast<std::uint64_t>(end), name);
+  return detail::gguf::read(c);
+}
+
 /// Reads the metadata of a GGUF file (the header region only, incrementally, plus the small
 /// RoPE tensors: a multi-GB model is never read whole).
 inline GgufMetadata gguf_metadata_from_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) detail::fail("gguf_config: cannot open \"" + path + "\"");
-  in.seekg(0, std::ios::end);
-  const std::streamoff end = in.tellg();
-  if (!in || end < 0) detail::fail("gguf_config: cannot determine the size of \"" + path + "\"");
-  in.seekg(0, std::ios::beg);
-  detail::gguf::Cursor c(in, static_cast<std::uint64_t>(end), path);
-  return detail::gguf::read(c);
+  return gguf_metadata_from_stream(in, path);
 }
 
 /// llama.cpp's llama_rope_type: how an architecture applies RoPE.
