@@ -16,8 +16,19 @@ using Bytes = std::vector<unsigned char>;
 
 // GGUF value type codes (docs/gguf.md).
 enum : std::uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kStr = 8, kArr = 9, kU64 = 10, kI64 = 11, kF64 = 12
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kStr = 8,
+  kArr = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12
 };
 
 inline void put_u8(Bytes& b, std::uint8_t x) { b.push_back(x); }

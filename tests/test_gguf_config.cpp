@@ -10,6 +10,7 @@
 #include <functional>
 #include <peal/gguf_config.hpp>
 #include <peal/peal.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,8 @@ GgufConfig from(const Bytes& b, const std::string& name = "test.gguf") {
 // Meta's published llama3 formula): base frequencies theta^(-2i/D), wavelength 2 pi / f,
 // factor 1 below L0 / high_freq_factor, `factor` above L0 / low_freq_factor, and in between
 // 1 / ((1 - smooth) / factor + smooth), smooth = (L0 / wavelen - low) / (high - low).
-std::vector<float> llama3_rope_freqs(int dim, double theta, double factor, double low,
-                                     double high, double L0) {
+std::vector<float> llama3_rope_freqs(int dim, double theta, double factor, double low, double high,
+                                     double L0) {
   std::vector<float> out;
   const double pi = std::acos(-1.0);
   for (int i = 0; i < dim; i += 2) {
@@ -206,10 +207,14 @@ TEST_CASE("gguf: Llama 3.1 8B: interleaved, theta 500000, rope_freqs = llama3 fa
   plain.frequency_factors.clear();
   CHECK(peal::rope<double>(plain).inv_freq().back() > 7 * ref.back());
 
-  // The same bytes in memory give the same result.
+  // The same bytes in memory, and through an std::istream, give the same result.
   const GgufConfig m = from(b);
   CHECK(m.rope.frequency_factors == c.rope.frequency_factors);
   CHECK(m.metadata == c.metadata);
+  std::istringstream in(std::string(b.begin(), b.end()));
+  const GgufConfig s = peal::rope_config_from_gguf(peal::gguf_metadata_from_stream(in, "s"));
+  CHECK(s.rope.frequency_factors == c.rope.frequency_factors);
+  CHECK(s.metadata == c.metadata);
 }
 
 TEST_CASE("gguf: Qwen2 YaRN: half-split, yarn factor 4, original context 32768") {
@@ -349,9 +354,13 @@ TEST_CASE("gguf: Qwen2-VL and Qwen3-VL M-RoPE sections") {
   CHECK(c3.rope.scaling.mrope_section == std::vector<int>{24, 20, 20});
   CHECK(c3.rope.scaling.mrope_interleaved);
 
-  CHECK(contains(error_of([&] { from(qwen_vl("qwen2vl", {16, 24, 20, 0}).bytes()); }),
+  CHECK(contains(error_of([&] {
+                   from(qwen_vl("qwen2vl", {16, 24, 20, 0}).bytes());
+                 }),
                  "sums to 60, expected n_rot / 2 = 64"));
-  CHECK(contains(error_of([&] { from(qwen_vl("qwen2vl", {16, 24, 24, 8}).bytes()); }),
+  CHECK(contains(error_of([&] {
+                   from(qwen_vl("qwen2vl", {16, 24, 24, 8}).bytes());
+                 }),
                  "4th section"));
   GgufBuilder none;
   none.str("general.architecture", "qwen2vl");
@@ -556,7 +565,8 @@ TEST_CASE("gguf: value types: wrong types for keys, nested arrays") {
     h.str("general.architecture", "llama");
     h.u32("llama.embedding_length", 4096);
     h.f32("llama.attention.head_count", 32.0f);
-    CHECK(contains(error_of([&] { from(h.bytes()); }), "llama.attention.head_count must be an integer"));
+    CHECK(contains(error_of([&] { from(h.bytes()); }),
+                   "llama.attention.head_count must be an integer"));
     GgufBuilder k;
     k.str("general.architecture", "llama");
     k.i32("llama.attention.key_length", -128);
@@ -599,9 +609,9 @@ TEST_CASE("gguf: value types: wrong types for keys, nested arrays") {
       put_u32(b, std::uint32_t(10 * k + 2));
     }
     const GgufConfig c = from(g.bytes());
-    CHECK(c.metadata.at("x.nested") ==
-          "[[1, 2] (2 x INT32), [11, 12] (2 x INT32)] (2 x ARRAY)");
-    const peal::GgufMetadata md = peal::gguf_metadata_from_bytes(g.bytes().data(), g.bytes().size());
+    CHECK(c.metadata.at("x.nested") == "[[1, 2] (2 x INT32), [11, 12] (2 x INT32)] (2 x ARRAY)");
+    const peal::GgufMetadata md =
+        peal::gguf_metadata_from_bytes(g.bytes().data(), g.bytes().size());
     CHECK(md.kv.at("x.nested").elements.at(1).elements.at(0).i == 11);
 
     GgufBuilder deep;

@@ -125,19 +125,32 @@ enum class GgufType : std::uint32_t {
 /// The docs/gguf.md spelling without the prefix: "UINT8", ..., "FLOAT64".
 inline const char* to_string(GgufType t) {
   switch (t) {
-    case GgufType::UInt8: return "UINT8";
-    case GgufType::Int8: return "INT8";
-    case GgufType::UInt16: return "UINT16";
-    case GgufType::Int16: return "INT16";
-    case GgufType::UInt32: return "UINT32";
-    case GgufType::Int32: return "INT32";
-    case GgufType::Float32: return "FLOAT32";
-    case GgufType::Bool: return "BOOL";
-    case GgufType::String: return "STRING";
-    case GgufType::Array: return "ARRAY";
-    case GgufType::UInt64: return "UINT64";
-    case GgufType::Int64: return "INT64";
-    case GgufType::Float64: return "FLOAT64";
+    case GgufType::UInt8:
+      return "UINT8";
+    case GgufType::Int8:
+      return "INT8";
+    case GgufType::UInt16:
+      return "UINT16";
+    case GgufType::Int16:
+      return "INT16";
+    case GgufType::UInt32:
+      return "UINT32";
+    case GgufType::Int32:
+      return "INT32";
+    case GgufType::Float32:
+      return "FLOAT32";
+    case GgufType::Bool:
+      return "BOOL";
+    case GgufType::String:
+      return "STRING";
+    case GgufType::Array:
+      return "ARRAY";
+    case GgufType::UInt64:
+      return "UINT64";
+    case GgufType::Int64:
+      return "INT64";
+    case GgufType::Float64:
+      return "FLOAT64";
   }
   return "?";
 }
@@ -158,8 +171,14 @@ struct GgufValue {
 
   bool is_integer() const {
     switch (type) {
-      case GgufType::UInt8: case GgufType::Int8: case GgufType::UInt16: case GgufType::Int16:
-      case GgufType::UInt32: case GgufType::Int32: case GgufType::UInt64: case GgufType::Int64:
+      case GgufType::UInt8:
+      case GgufType::Int8:
+      case GgufType::UInt16:
+      case GgufType::Int16:
+      case GgufType::UInt32:
+      case GgufType::Int32:
+      case GgufType::UInt64:
+      case GgufType::Int64:
         return true;
       default:
         return false;
@@ -293,8 +312,8 @@ class Cursor {
   void need(std::uint64_t n, const std::string& what) const {
     if (n > remaining())
       fail_at(pos_, "truncated file: " + what + " needs " + std::to_string(n) + " bytes, " +
-                        std::to_string(remaining()) + " left (file size " +
-                        std::to_string(size_) + ")");
+                        std::to_string(remaining()) + " left (file size " + std::to_string(size_) +
+                        ")");
   }
 
   void bytes(void* out, std::size_t n, const std::string& what) {
@@ -373,12 +392,25 @@ class Cursor {
 // Smallest encoded size of a value of type t (for bounding counts by the bytes left).
 inline std::uint64_t min_size(GgufType t) {
   switch (t) {
-    case GgufType::UInt8: case GgufType::Int8: case GgufType::Bool: return 1;
-    case GgufType::UInt16: case GgufType::Int16: return 2;
-    case GgufType::UInt32: case GgufType::Int32: case GgufType::Float32: return 4;
-    case GgufType::UInt64: case GgufType::Int64: case GgufType::Float64: return 8;
-    case GgufType::String: return 8;
-    case GgufType::Array: return 12;
+    case GgufType::UInt8:
+    case GgufType::Int8:
+    case GgufType::Bool:
+      return 1;
+    case GgufType::UInt16:
+    case GgufType::Int16:
+      return 2;
+    case GgufType::UInt32:
+    case GgufType::Int32:
+    case GgufType::Float32:
+      return 4;
+    case GgufType::UInt64:
+    case GgufType::Int64:
+    case GgufType::Float64:
+      return 8;
+    case GgufType::String:
+      return 8;
+    case GgufType::Array:
+      return 12;
   }
   return 1;
 }
@@ -397,8 +429,8 @@ inline std::string read_string(Cursor& c, std::uint64_t max_len, const std::stri
   const std::uint64_t at = c.pos();
   const std::uint64_t n = c.u64(what + " length");
   if (n > max_len)
-    c.fail_at(at, what + " has length " + std::to_string(n) + ", more than " +
-                      std::to_string(max_len));
+    c.fail_at(at,
+              what + " has length " + std::to_string(n) + ", more than " + std::to_string(max_len));
   c.need(n, what);
   std::string s(static_cast<std::size_t>(n), '\0');
   c.bytes(&s[0], static_cast<std::size_t>(n), what);
@@ -414,21 +446,40 @@ struct Parser {
     v.type = t;
     v.loaded = keep;
     switch (t) {
-      case GgufType::UInt8: v.u = c.u8(what); break;
-      case GgufType::Int8: v.i = static_cast<std::int8_t>(c.u8(what)); break;
-      case GgufType::UInt16: v.u = c.u16(what); break;
-      case GgufType::Int16: v.i = static_cast<std::int16_t>(c.u16(what)); break;
-      case GgufType::UInt32: v.u = c.u32(what); break;
-      case GgufType::Int32: v.i = static_cast<std::int32_t>(c.u32(what)); break;
-      case GgufType::UInt64: v.u = c.u64(what); break;
-      case GgufType::Int64: v.i = static_cast<std::int64_t>(c.u64(what)); break;
-      case GgufType::Float32: v.f = c.f32(what); break;
-      case GgufType::Float64: v.f = c.f64(what); break;
+      case GgufType::UInt8:
+        v.u = c.u8(what);
+        break;
+      case GgufType::Int8:
+        v.i = static_cast<std::int8_t>(c.u8(what));
+        break;
+      case GgufType::UInt16:
+        v.u = c.u16(what);
+        break;
+      case GgufType::Int16:
+        v.i = static_cast<std::int16_t>(c.u16(what));
+        break;
+      case GgufType::UInt32:
+        v.u = c.u32(what);
+        break;
+      case GgufType::Int32:
+        v.i = static_cast<std::int32_t>(c.u32(what));
+        break;
+      case GgufType::UInt64:
+        v.u = c.u64(what);
+        break;
+      case GgufType::Int64:
+        v.i = static_cast<std::int64_t>(c.u64(what));
+        break;
+      case GgufType::Float32:
+        v.f = c.f32(what);
+        break;
+      case GgufType::Float64:
+        v.f = c.f64(what);
+        break;
       case GgufType::Bool: {
         const std::uint64_t at = c.pos();
         v.u = c.u8(what);
-        if (v.u > 1)
-          c.fail_at(at, what + ": a BOOL must be 0 or 1, got " + std::to_string(v.u));
+        if (v.u > 1) c.fail_at(at, what + ": a BOOL must be 0 or 1, got " + std::to_string(v.u));
         break;
       }
       case GgufType::String: {
@@ -491,15 +542,24 @@ inline bool is_rope_tensor(const std::string& n) {
 // Bytes per element of the unquantized ggml types (0: a quantized or unknown type).
 inline std::uint64_t plain_type_size(std::uint32_t t) {
   switch (t) {
-    case 0: return 4;   // F32
-    case 1: return 2;   // F16
-    case 24: return 1;  // I8
-    case 25: return 2;  // I16
-    case 26: return 4;  // I32
-    case 27: return 8;  // I64
-    case 28: return 8;  // F64
-    case 30: return 2;  // BF16
-    default: return 0;
+    case 0:
+      return 4;  // F32
+    case 1:
+      return 2;  // F16
+    case 24:
+      return 1;  // I8
+    case 25:
+      return 2;  // I16
+    case 26:
+      return 4;  // I32
+    case 27:
+      return 8;  // I64
+    case 28:
+      return 8;  // F64
+    case 30:
+      return 2;  // BF16
+    default:
+      return 0;
   }
 }
 
@@ -517,11 +577,12 @@ inline GgufMetadata read(Cursor& c) {
                      ", expected \"GGUF\" (0x46554747)");
   md.version = c.u32("the version");
   if (md.version == 1)
-    c.fail_at(4, "GGUF version 1 (32-bit counts) is not supported: re-convert the model "
-                 "(versions 2 and 3 are read)");
+    c.fail_at(4,
+              "GGUF version 1 (32-bit counts) is not supported: re-convert the model "
+              "(versions 2 and 3 are read)");
   if (md.version != 2 && md.version != 3) {
-    std::string why = "unsupported GGUF version " + std::to_string(md.version) +
-                      " (versions 2 and 3 are read)";
+    std::string why =
+        "unsupported GGUF version " + std::to_string(md.version) + " (versions 2 and 3 are read)";
     if ((md.version & 0xffffu) == 0 && (md.version >> 24) <= 3)
       why += "; this looks like a big-endian file, which is not supported";
     c.fail_at(4, why);
@@ -543,8 +604,7 @@ inline GgufMetadata read(Cursor& c) {
     std::string key = read_string(c, gguf_max_key_bytes, "key " + std::to_string(k));
     const GgufType t = value_type(c, "the value type of key " + key);
     GgufValue v = p.value(t, 0, true, "the value of key " + key);
-    if (!md.kv.emplace(key, std::move(v)).second)
-      c.fail_at(at, "duplicate key " + key);
+    if (!md.kv.emplace(key, std::move(v)).second) c.fail_at(at, "duplicate key " + key);
   }
 
   if (const GgufValue* a = md.find("general.alignment")) {
@@ -574,8 +634,8 @@ inline GgufMetadata read(Cursor& c) {
       const std::uint64_t n = c.u64(wn + " dims[" + std::to_string(d) + "]");
       if (n > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ||
           (n != 0 && elems > std::uint64_t(std::numeric_limits<std::int64_t>::max()) / n))
-        c.fail_at(at, wn + ": the element count overflows int64 at dims[" +
-                          std::to_string(d) + "] = " + std::to_string(n));
+        c.fail_at(at, wn + ": the element count overflows int64 at dims[" + std::to_string(d) +
+                          "] = " + std::to_string(n));
       elems *= n;
       ti.dims.push_back(n);
     }
@@ -616,14 +676,13 @@ inline GgufMetadata read(Cursor& c) {
       c.fail_at(md.data_offset + ti.offset, "tensor " + ti.name + " has ggml type " +
                                                 std::to_string(ti.type) + ", F32 (0) expected");
     if (ti.dims.size() != 1)
-      c.fail_at(md.data_offset + ti.offset,
-                "tensor " + ti.name + " has " + std::to_string(ti.dims.size()) +
-                    " dimensions, 1 expected");
+      c.fail_at(md.data_offset + ti.offset, "tensor " + ti.name + " has " +
+                                                std::to_string(ti.dims.size()) +
+                                                " dimensions, 1 expected");
     if (elems == 0 || elems > std::uint64_t(preset_max_head_dim / 2))
       c.fail_at(md.data_offset + ti.offset,
-                "tensor " + ti.name + " has " + std::to_string(elems) +
-                    " entries, expected 1 .. " + std::to_string(preset_max_head_dim / 2) +
-                    " (preset_max_head_dim / 2)");
+                "tensor " + ti.name + " has " + std::to_string(elems) + " entries, expected 1 .. " +
+                    std::to_string(preset_max_head_dim / 2) + " (preset_max_head_dim / 2)");
     c.seek(md.data_offset + ti.offset);
     std::vector<float> v(static_cast<std::size_t>(elems));
     for (float& x : v) x = c.f32("tensor " + ti.name + " data");
@@ -676,11 +735,16 @@ enum class GgufRopeType {
 
 inline const char* to_string(GgufRopeType t) {
   switch (t) {
-    case GgufRopeType::None: return "none";
-    case GgufRopeType::Norm: return "norm";
-    case GgufRopeType::Neox: return "neox";
-    case GgufRopeType::MRope: return "mrope";
-    case GgufRopeType::IMRope: return "imrope";
+    case GgufRopeType::None:
+      return "none";
+    case GgufRopeType::Norm:
+      return "norm";
+    case GgufRopeType::Neox:
+      return "neox";
+    case GgufRopeType::MRope:
+      return "mrope";
+    case GgufRopeType::IMRope:
+      return "imrope";
   }
   return "?";
 }
@@ -699,49 +763,143 @@ inline const std::vector<ArchRope>& arch_table() {
   using R = GgufRopeType;
   static const std::vector<ArchRope> t = {
       // no RoPE
-      {"clip", R::None}, {"gpt2", R::None}, {"mpt", R::None}, {"refact", R::None},
-      {"bloom", R::None}, {"mamba", R::None}, {"mamba2", R::None}, {"jamba", R::None},
-      {"jina-bert-v2", R::None}, {"t5", R::None}, {"t5encoder", R::None}, {"jais", R::None},
-      {"rwkv6", R::None}, {"rwkv6qwen2", R::None}, {"rwkv7", R::None}, {"arwkv7", R::None},
-      {"wavtokenizer-dec", R::None}, {"nemotron_h", R::None}, {"nemotron_h_moe", R::None},
+      {"clip", R::None},
+      {"gpt2", R::None},
+      {"mpt", R::None},
+      {"refact", R::None},
+      {"bloom", R::None},
+      {"mamba", R::None},
+      {"mamba2", R::None},
+      {"jamba", R::None},
+      {"jina-bert-v2", R::None},
+      {"t5", R::None},
+      {"t5encoder", R::None},
+      {"jais", R::None},
+      {"rwkv6", R::None},
+      {"rwkv6qwen2", R::None},
+      {"rwkv7", R::None},
+      {"arwkv7", R::None},
+      {"wavtokenizer-dec", R::None},
+      {"nemotron_h", R::None},
+      {"nemotron_h_moe", R::None},
       {"kimi-linear", R::None},
       // NORM: consecutive pairs
-      {"llama", R::Norm}, {"llada", R::Norm}, {"llama4", R::Norm}, {"deci", R::Norm},
-      {"baichuan", R::Norm}, {"starcoder", R::Norm}, {"internlm2", R::Norm},
-      {"minicpm", R::Norm}, {"xverse", R::Norm}, {"command-r", R::Norm}, {"cohere2", R::Norm},
-      {"cohere2moe", R::Norm}, {"olmo", R::Norm}, {"arctic", R::Norm}, {"deepseek", R::Norm},
-      {"deepseek2", R::Norm}, {"deepseek2-ocr", R::Norm}, {"deepseek32", R::Norm},
-      {"deepseek4", R::Norm}, {"plm", R::Norm}, {"chatglm", R::Norm}, {"granite", R::Norm},
-      {"granitemoe", R::Norm}, {"granitehybrid", R::Norm}, {"chameleon", R::Norm},
-      {"bailingmoe", R::Norm}, {"neo-bert", R::Norm}, {"smollm3", R::Norm},
-      {"arcee", R::Norm}, {"ernie4_5", R::Norm}, {"ernie4_5-moe", R::Norm},
-      {"mistral3", R::Norm}, {"eagle3", R::Norm}, {"mistral4", R::Norm},
-      {"llama-embed", R::Norm}, {"maincoder", R::Norm}, {"glm-dsa", R::Norm},
-      {"gptj", R::Norm}, {"glm4", R::Norm},
+      {"llama", R::Norm},
+      {"llada", R::Norm},
+      {"llama4", R::Norm},
+      {"deci", R::Norm},
+      {"baichuan", R::Norm},
+      {"starcoder", R::Norm},
+      {"internlm2", R::Norm},
+      {"minicpm", R::Norm},
+      {"xverse", R::Norm},
+      {"command-r", R::Norm},
+      {"cohere2", R::Norm},
+      {"cohere2moe", R::Norm},
+      {"olmo", R::Norm},
+      {"arctic", R::Norm},
+      {"deepseek", R::Norm},
+      {"deepseek2", R::Norm},
+      {"deepseek2-ocr", R::Norm},
+      {"deepseek32", R::Norm},
+      {"deepseek4", R::Norm},
+      {"plm", R::Norm},
+      {"chatglm", R::Norm},
+      {"granite", R::Norm},
+      {"granitemoe", R::Norm},
+      {"granitehybrid", R::Norm},
+      {"chameleon", R::Norm},
+      {"bailingmoe", R::Norm},
+      {"neo-bert", R::Norm},
+      {"smollm3", R::Norm},
+      {"arcee", R::Norm},
+      {"ernie4_5", R::Norm},
+      {"ernie4_5-moe", R::Norm},
+      {"mistral3", R::Norm},
+      {"eagle3", R::Norm},
+      {"mistral4", R::Norm},
+      {"llama-embed", R::Norm},
+      {"maincoder", R::Norm},
+      {"glm-dsa", R::Norm},
+      {"gptj", R::Norm},
+      {"glm4", R::Norm},
       // NEOX: pairs offset by n_rot / 2
-      {"falcon", R::Neox}, {"falcon-h1", R::Neox}, {"grok", R::Neox}, {"dbrx", R::Neox},
-      {"bert", R::Neox}, {"jina-bert-v3", R::Neox}, {"modern-bert", R::Neox},
-      {"nomic-bert", R::Neox}, {"nomic-bert-moe", R::Neox}, {"eurobert", R::Neox},
-      {"stablelm", R::Neox}, {"bitnet", R::Neox}, {"qwen", R::Neox}, {"qwen2", R::Neox},
-      {"dream", R::Neox}, {"qwen2moe", R::Neox}, {"qwen3", R::Neox}, {"qwen3moe", R::Neox},
-      {"llada-moe", R::Neox}, {"rnd1", R::Neox}, {"olmo2", R::Neox}, {"olmoe", R::Neox},
-      {"phi2", R::Neox}, {"phi3", R::Neox}, {"phimoe", R::Neox}, {"plamo", R::Neox},
-      {"plamo2", R::Neox}, {"plamo3", R::Neox}, {"gemma", R::Neox}, {"gemma2", R::Neox},
-      {"gemma3", R::Neox}, {"gemma3n", R::Neox}, {"gemma4", R::Neox},
-      {"gemma4-assistant", R::Neox}, {"gemma-embedding", R::Neox}, {"starcoder2", R::Neox},
-      {"openelm", R::Neox}, {"gptneox", R::Neox}, {"codeshell", R::Neox}, {"orion", R::Neox},
-      {"nemotron", R::Neox}, {"exaone", R::Neox}, {"exaone4", R::Neox},
-      {"exaone-moe", R::Neox}, {"minicpm3", R::Neox}, {"bailingmoe2", R::Neox},
-      {"dots1", R::Neox}, {"hunyuan-moe", R::Neox}, {"jais2", R::Neox}, {"gpt-oss", R::Neox},
-      {"hunyuan-dense", R::Neox}, {"hy_v3", R::Neox}, {"lfm2", R::Neox}, {"lfm2moe", R::Neox},
-      {"smallthinker", R::Neox}, {"seed_oss", R::Neox}, {"grovemoe", R::Neox},
-      {"apertus", R::Neox}, {"minimax-m2", R::Neox}, {"cogvlm", R::Neox},
-      {"pangu-embedded", R::Neox}, {"afmoe", R::Neox}, {"laguna", R::Neox},
-      {"qwen3next", R::Neox}, {"mimo2", R::Neox}, {"step35", R::Neox}, {"talkie", R::Neox},
-      {"mellum", R::Neox}, {"glm4moe", R::Neox}, {"hunyuan_vl", R::Neox},
+      {"falcon", R::Neox},
+      {"falcon-h1", R::Neox},
+      {"grok", R::Neox},
+      {"dbrx", R::Neox},
+      {"bert", R::Neox},
+      {"jina-bert-v3", R::Neox},
+      {"modern-bert", R::Neox},
+      {"nomic-bert", R::Neox},
+      {"nomic-bert-moe", R::Neox},
+      {"eurobert", R::Neox},
+      {"stablelm", R::Neox},
+      {"bitnet", R::Neox},
+      {"qwen", R::Neox},
+      {"qwen2", R::Neox},
+      {"dream", R::Neox},
+      {"qwen2moe", R::Neox},
+      {"qwen3", R::Neox},
+      {"qwen3moe", R::Neox},
+      {"llada-moe", R::Neox},
+      {"rnd1", R::Neox},
+      {"olmo2", R::Neox},
+      {"olmoe", R::Neox},
+      {"phi2", R::Neox},
+      {"phi3", R::Neox},
+      {"phimoe", R::Neox},
+      {"plamo", R::Neox},
+      {"plamo2", R::Neox},
+      {"plamo3", R::Neox},
+      {"gemma", R::Neox},
+      {"gemma2", R::Neox},
+      {"gemma3", R::Neox},
+      {"gemma3n", R::Neox},
+      {"gemma4", R::Neox},
+      {"gemma4-assistant", R::Neox},
+      {"gemma-embedding", R::Neox},
+      {"starcoder2", R::Neox},
+      {"openelm", R::Neox},
+      {"gptneox", R::Neox},
+      {"codeshell", R::Neox},
+      {"orion", R::Neox},
+      {"nemotron", R::Neox},
+      {"exaone", R::Neox},
+      {"exaone4", R::Neox},
+      {"exaone-moe", R::Neox},
+      {"minicpm3", R::Neox},
+      {"bailingmoe2", R::Neox},
+      {"dots1", R::Neox},
+      {"hunyuan-moe", R::Neox},
+      {"jais2", R::Neox},
+      {"gpt-oss", R::Neox},
+      {"hunyuan-dense", R::Neox},
+      {"hy_v3", R::Neox},
+      {"lfm2", R::Neox},
+      {"lfm2moe", R::Neox},
+      {"smallthinker", R::Neox},
+      {"seed_oss", R::Neox},
+      {"grovemoe", R::Neox},
+      {"apertus", R::Neox},
+      {"minimax-m2", R::Neox},
+      {"cogvlm", R::Neox},
+      {"pangu-embedded", R::Neox},
+      {"afmoe", R::Neox},
+      {"laguna", R::Neox},
+      {"qwen3next", R::Neox},
+      {"mimo2", R::Neox},
+      {"step35", R::Neox},
+      {"talkie", R::Neox},
+      {"mellum", R::Neox},
+      {"glm4moe", R::Neox},
+      {"hunyuan_vl", R::Neox},
       // multimodal
-      {"qwen2vl", R::MRope}, {"paddleocr", R::MRope},
-      {"qwen3vl", R::IMRope}, {"qwen3vlmoe", R::IMRope}, {"qwen35", R::IMRope},
+      {"qwen2vl", R::MRope},
+      {"paddleocr", R::MRope},
+      {"qwen3vl", R::IMRope},
+      {"qwen3vlmoe", R::IMRope},
+      {"qwen35", R::IMRope},
       {"qwen35moe", R::IMRope},
   };
   return t;
@@ -764,13 +922,13 @@ inline std::optional<GgufRopeType> gguf_rope_type(const std::string& architectur
 
 /// A GGUF model's positional-encoding configuration.
 struct GgufConfig {
-  std::string architecture;               ///< general.architecture
+  std::string architecture;  ///< general.architecture
   GgufRopeType rope_type = GgufRopeType::None;
-  RopeConfig rope;                        ///< meaningful unless rope_type == None
-  std::optional<double> max_alibi_bias;   ///< {arch}.attention.max_alibi_bias
-  int n_rot = 0;                          ///< {arch}.rope.dimension_count (rotary dim)
-  std::optional<int> context_length;      ///< {arch}.context_length
-  std::uint32_t version = 0;              ///< GGUF version (2 or 3)
+  RopeConfig rope;                       ///< meaningful unless rope_type == None
+  std::optional<double> max_alibi_bias;  ///< {arch}.attention.max_alibi_bias
+  int n_rot = 0;                         ///< {arch}.rope.dimension_count (rotary dim)
+  std::optional<int> context_length;     ///< {arch}.context_length
+  std::uint32_t version = 0;             ///< GGUF version (2 or 3)
   std::uint64_t tensor_count = 0;
   /// Every metadata key and its value in printable form (GgufValue::text()).
   std::map<std::string, std::string> metadata;
@@ -806,13 +964,12 @@ struct Mapper {
     if (!v.is_integer())
       bad(key, std::string("must be an integer, got ") + to_string(v.type) + " " + v.text());
     // hi >= 0 for every caller.
-    const bool ok = v.is_signed()
-                        ? (v.i >= lo && v.i <= hi)
-                        : ((lo <= 0 || v.u >= static_cast<unsigned long long>(lo)) &&
-                           v.u <= static_cast<unsigned long long>(hi));
+    const bool ok = v.is_signed() ? (v.i >= lo && v.i <= hi)
+                                  : ((lo <= 0 || v.u >= static_cast<unsigned long long>(lo)) &&
+                                     v.u <= static_cast<unsigned long long>(hi));
     if (!ok)
-      bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                   v.text());
+      bad(key,
+          "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.text());
     return v.is_signed() ? static_cast<long long>(v.i) : static_cast<long long>(v.u);
   }
   // An integer, or an array of equal integers (per-layer values, e.g. head_count).
@@ -826,8 +983,8 @@ struct Mapper {
     const long long first = integer_value(v->elements[0], key + "[0]", lo, hi);
     for (std::size_t j = 1; j < v->elements.size(); ++j)
       if (integer_value(v->elements[j], key + "[" + std::to_string(j) + "]", lo, hi) != first)
-        bad(key, "differs between layers (" + v->text() +
-                     "): per-layer head sizes are not supported");
+        bad(key,
+            "differs between layers (" + v->text() + "): per-layer head sizes are not supported");
     return first;
   }
   std::optional<std::string> string(const std::string& key) const {
@@ -873,9 +1030,9 @@ inline GgufConfig rope_config_from_gguf(const GgufMetadata& md) {
   m.arch = *arch;
   const std::optional<GgufRopeType> rt = gguf_rope_type(*arch);
   if (!rt)
-    m.bad("general.architecture",
-          "is \"" + *arch + "\", an architecture whose RoPE type is not known (known: " +
-              g::known_architectures() + ")");
+    m.bad("general.architecture", "is \"" + *arch +
+                                      "\", an architecture whose RoPE type is not known (known: " +
+                                      g::known_architectures() + ")");
   out.rope_type = *rt;
 
   const long long max_len = static_cast<long long>(preset_max_length);
@@ -892,8 +1049,7 @@ inline GgufConfig rope_config_from_gguf(const GgufMetadata& md) {
   std::string head_dim_from = key_len;
   if (!head_dim || *head_dim == 0) {
     const auto embd = m.integer(m.k("embedding_length"), 0, std::numeric_limits<int>::max());
-    const auto heads =
-        m.per_layer(m.k("attention.head_count"), 0, std::numeric_limits<int>::max());
+    const auto heads = m.per_layer(m.k("attention.head_count"), 0, std::numeric_limits<int>::max());
     if (embd && heads && *heads > 0) {
       head_dim = *embd / *heads;
       head_dim_from = m.k("embedding_length") + " / " + m.k("attention.head_count") + " = " +
@@ -924,8 +1080,8 @@ inline GgufConfig rope_config_from_gguf(const GgufMetadata& md) {
   if (out.rope_type == GgufRopeType::None) return out;
 
   if (!head_dim || *head_dim <= 0)
-    m.bad(key_len, "is missing and head_dim cannot be derived (needs " +
-                       m.k("embedding_length") + " and " + m.k("attention.head_count") + " > 0)");
+    m.bad(key_len, "is missing and head_dim cannot be derived (needs " + m.k("embedding_length") +
+                       " and " + m.k("attention.head_count") + " > 0)");
   RopeConfig& c = out.rope;
   c.layout = out.rope_type == GgufRopeType::Norm ? Layout::Interleaved : Layout::HalfSplit;
 
@@ -975,15 +1131,15 @@ inline GgufConfig rope_config_from_gguf(const GgufMetadata& md) {
   }
   if (factor && !std::isfinite(*factor)) m.bad(factor_from, "must be finite");
   const std::string orig_key = m.k("rope.scaling.original_context_length");
-  if (const auto o = m.integer(orig_key, 1, max_len)) s.original_max_position_embeddings = double(*o);
+  if (const auto o = m.integer(orig_key, 1, max_len))
+    s.original_max_position_embeddings = double(*o);
   if (s.type == RopeType::Yarn) {
     s.beta_fast = m.number(m.k("rope.scaling.yarn_beta_fast"));
     s.beta_slow = m.number(m.k("rope.scaling.yarn_beta_slow"));
     const std::string ext_key = m.k("rope.scaling.yarn_ext_factor");
     if (const auto ext = m.number(ext_key))
       if (*ext != 1.0)
-        m.bad(ext_key, "is " + md.find(ext_key)->text() +
-                           ": only 1 (HF's YaRN ramp) is supported");
+        m.bad(ext_key, "is " + md.find(ext_key)->text() + ": only 1 (HF's YaRN ramp) is supported");
     s.attention_factor = m.number(m.k("rope.scaling.yarn_attn_factor"));
     if (!s.attention_factor) s.attention_factor = m.number(m.k("rope.scaling.attn_factor"));
   }
@@ -992,8 +1148,9 @@ inline GgufConfig rope_config_from_gguf(const GgufMetadata& md) {
     const std::vector<float>* lf = m.tensor("rope_factors_long");
     const std::vector<float>* sf = m.tensor("rope_factors_short");
     if (!lf || !sf)
-      m.bad(type_key, "is \"longrope\" but the tensors rope_factors_long and "
-                      "rope_factors_short are not both in the file");
+      m.bad(type_key,
+            "is \"longrope\" but the tensors rope_factors_long and "
+            "rope_factors_short are not both in the file");
     s.long_factor = std::vector<double>(lf->begin(), lf->end());
     s.short_factor = std::vector<double>(sf->begin(), sf->end());
   }

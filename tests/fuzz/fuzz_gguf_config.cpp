@@ -98,8 +98,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (c.version != 2 && c.version != 3) bug("accepted a version other than 2 or 3");
     if (c.rope_type == peal::GgufRopeType::None) return 0;
     peal::RopeConfig r = c.rope;
-    const bool mrope = c.rope_type == peal::GgufRopeType::MRope ||
-                       c.rope_type == peal::GgufRopeType::IMRope;
+    const bool mrope =
+        c.rope_type == peal::GgufRopeType::MRope || c.rope_type == peal::GgufRopeType::IMRope;
     if (mrope != !r.scaling.mrope_section.empty()) bug("M-RoPE type without sections");
     if (mrope) {
       long long sum = 0;

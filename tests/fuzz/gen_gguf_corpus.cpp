@@ -2,7 +2,8 @@
 // llama.cpp's convert_hf_to_gguf.py writes for the models named (sizes from their published
 // configs; token lists shortened, no weights except the RoPE tensors and a tiny stand-in).
 //
-//   c++ -std=c++17 -Itests tests/fuzz/gen_gguf_corpus.cpp -o /tmp/gen && /tmp/gen tests/fuzz/corpus_gguf_config
+//   c++ -std=c++17 -Itests tests/fuzz/gen_gguf_corpus.cpp -o /tmp/gen && /tmp/gen
+//   tests/fuzz/corpus_gguf_config
 #include <cmath>
 #include <cstdio>
 #include <string>
