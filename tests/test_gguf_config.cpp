@@ -625,3 +625,58 @@ TEST_CASE("gguf: value types: wrong types for keys, nested arrays") {
     CHECK(contains(error_of([&] { from(deep.bytes()); }), "nested deeper"));
   }
 }
+
+TEST_CASE("gguf: a multi-GB model file: only the header region is read") {
+  // rope_freqs first, then a 2 GiB F16 token_embd [4096, 262144] whose data is a hole of a
+  // sparse file: the reader checks that it fits and reads none of it.
+  GgufBuilder g = llama31();
+  g.tensors.clear();
+  g.f32_tensor("rope_freqs.weight", llama3_rope_freqs(128, 500000.0, 8, 1, 4, 8192));
+  GgufTensor emb;
+  emb.name = "token_embd.weight";
+  emb.dims = {4096, 262144};
+  emb.type = 1;              // F16, 2 bytes
+  g.tensors.push_back(emb);  // no data written: the builder puts its offset after rope_freqs
+  const Bytes b = g.bytes();
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() / "peal_test_big.gguf";
+  write_file(path.string(), b);
+  const std::uintmax_t full = std::uintmax_t(b.size()) + (std::uintmax_t(1) << 31);
+  std::error_code ec;
+  fs::resize_file(path, full, ec);
+  if (ec) {
+    fs::remove(path);
+    WARN("cannot make a sparse 2 GiB file here: " << ec.message());
+    return;
+  }
+  const GgufConfig c = peal::rope_config_from_gguf(path.string());
+  CHECK(c.rope.frequency_factors.size() == 64);
+  CHECK(c.tensor_count == 2);
+  // One byte short: token_embd no longer fits.
+  fs::resize_file(path, full - 1);
+  const std::string e = error_of([&] { peal::rope_config_from_gguf(path.string()); });
+  fs::remove(path);
+  CHECK(contains(e, "token_embd.weight"));
+  CHECK(contains(e, "extends past the end"));
+}
+
+TEST_CASE("gguf: an invalid RoPE configuration names the file and the keys read") {
+  GgufBuilder g;
+  g.str("general.architecture", "llama");
+  g.u32("llama.embedding_length", 4096);
+  g.u32("llama.attention.head_count", 32);
+  g.f32("llama.rope.freq_base", 0.5f);
+  const std::string e = error_of([&] { from(g.bytes(), "theta.gguf"); });
+  CHECK(contains(e, "theta.gguf"));
+  CHECK(contains(e, "rope_theta must be finite and > 1"));
+  CHECK(contains(e, "rope_theta <- llama.rope.freq_base"));
+  GgufBuilder f = llama31();
+  f.tensors.back() = GgufTensor();
+  std::vector<float> bad = llama3_rope_freqs(128, 500000.0, 8, 1, 4, 8192);
+  bad[3] = -1.0f;
+  f.tensors.pop_back();
+  f.f32_tensor("rope_freqs.weight", bad);
+  const std::string fe = error_of([&] { from(f.bytes(), "ff.gguf"); });
+  CHECK(contains(fe, "frequency_factors[3] must be finite and > 0"));
+  CHECK(contains(fe, "ff.gguf"));
+}
