@@ -38,8 +38,11 @@
 //                          longrope: short/long factors from the tensors rope_factors_short /
 //                          rope_factors_long (required), attention_factor from
 //                          .scaling.attn_factor (Phi-3's converter writes HF's value there).
-//                          .scaling.yarn_log_multiplier (DeepSeek's mscale_all_dim * 0.1) and
-//                          .scaling.finetuned have no RopeScaling field: they are in `metadata`.
+//                          .scaling.yarn_log_multiplier (DeepSeek's mscale_all_dim * 0.1),
+//                          .scaling.alpha, .scaling.finetuned and the *_swa keys (sliding-window
+//                          layers) have no RopeScaling field: they are only in `metadata` (so for
+//                          DeepSeek-style YaRN the attention factor, not the frequencies, may
+//                          differ from HF's mscale ratio; the config is that of the full layers).
 //   frequency_factors      tensor rope_freqs (llama.cpp's converter bakes Llama 3.1's llama3
 //                          scaling into it: the file then has no scaling type and
 //                          omega_i = theta^(-2i/D) / rope_freqs[i])
