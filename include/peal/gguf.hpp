@@ -521,10 +521,9 @@ inline std::uint64_t plain_type_size(std::uint32_t t) {
   }
 }
 
-inline GgufMetadata read(Cursor& c) {
-  GgufMetadata md;
-  md.source = c.name();
-  md.file_size = c.size();
+// The header: magic, version (2 or 3), tensor_count, metadata_kv_count (returned), both
+// counts bounded by the bytes left.
+inline std::uint64_t read_header(Cursor& c, GgufMetadata& md) {
   unsigned char magic[4] = {0, 0, 0, 0};
   if (c.size() < 4) c.need(4, "the magic \"GGUF\"");
   c.bytes(magic, 4, "the magic");
@@ -555,7 +554,11 @@ inline GgufMetadata read(Cursor& c) {
   if (md.tensor_count > c.remaining() / 24)
     c.fail_at(8, "tensor_count " + std::to_string(md.tensor_count) + " cannot fit in the " +
                      std::to_string(c.remaining()) + " bytes left");
+  return kv_count;
+}
 
+// The key-value pairs (keys unique), then general.alignment (a UINT32 power of two).
+inline void read_kvs(Cursor& c, GgufMetadata& md, std::uint64_t kv_count) {
   Parser p{c};
   for (std::uint64_t k = 0; k < kv_count; ++k) {
     const std::uint64_t at = c.pos();
@@ -574,48 +577,45 @@ inline GgufMetadata read(Cursor& c) {
                              std::to_string(gguf_max_alignment) + ", got " + a->text());
     md.alignment = static_cast<std::uint32_t>(a->u);
   }
+}
 
-  md.tensors.reserve(static_cast<std::size_t>(md.tensor_count));
-  for (std::uint64_t k = 0; k < md.tensor_count; ++k) {
-    GgufTensorInfo ti;
-    const std::string w = "tensor " + std::to_string(k);
-    ti.name = read_string(c, gguf_max_tensor_name_bytes, w + " name");
-    const std::string wn = w + " (" + ti.name + ")";
-    const std::uint64_t nd_at = c.pos();
-    const std::uint32_t nd = c.u32(wn + " n_dims");
-    if (nd > gguf_max_dims)
-      c.fail_at(nd_at, wn + " has n_dims " + std::to_string(nd) + ", more than " +
-                           std::to_string(gguf_max_dims) + " (GGML_MAX_DIMS)");
-    std::uint64_t elems = 1;
-    for (std::uint32_t d = 0; d < nd; ++d) {
-      const std::uint64_t at = c.pos();
-      const std::uint64_t n = c.u64(wn + " dims[" + std::to_string(d) + "]");
-      if (n > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ||
-          (n != 0 && elems > std::uint64_t(std::numeric_limits<std::int64_t>::max()) / n))
-        c.fail_at(at, wn + ": the element count overflows int64 at dims[" + std::to_string(d) +
-                          "] = " + std::to_string(n));
-      elems *= n;
-      ti.dims.push_back(n);
-    }
-    ti.type = c.u32(wn + " type");
-    const std::uint64_t off_at = c.pos();
-    ti.offset = c.u64(wn + " offset");
-    if (ti.offset % md.alignment != 0)
-      c.fail_at(off_at, wn + " has offset " + std::to_string(ti.offset) +
-                            ", not a multiple of general.alignment " +
-                            std::to_string(md.alignment));
-    for (const GgufTensorInfo& o : md.tensors)
-      if (o.name == ti.name) c.fail_at(nd_at, "duplicate tensor name " + ti.name);
-    md.tensors.push_back(std::move(ti));
+// Tensor info k: name, dims (element count within int64), type, aligned offset; names unique.
+inline GgufTensorInfo read_tensor_info(Cursor& c, const GgufMetadata& md, std::uint64_t k) {
+  GgufTensorInfo ti;
+  const std::string w = "tensor " + std::to_string(k);
+  ti.name = read_string(c, gguf_max_tensor_name_bytes, w + " name");
+  const std::string wn = w + " (" + ti.name + ")";
+  const std::uint64_t nd_at = c.pos();
+  const std::uint32_t nd = c.u32(wn + " n_dims");
+  if (nd > gguf_max_dims)
+    c.fail_at(nd_at, wn + " has n_dims " + std::to_string(nd) + ", more than " +
+                         std::to_string(gguf_max_dims) + " (GGML_MAX_DIMS)");
+  std::uint64_t elems = 1;
+  for (std::uint32_t d = 0; d < nd; ++d) {
+    const std::uint64_t at = c.pos();
+    const std::uint64_t n = c.u64(wn + " dims[" + std::to_string(d) + "]");
+    if (n > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ||
+        (n != 0 && elems > std::uint64_t(std::numeric_limits<std::int64_t>::max()) / n))
+      c.fail_at(at, wn + ": the element count overflows int64 at dims[" + std::to_string(d) +
+                        "] = " + std::to_string(n));
+    elems *= n;
+    ti.dims.push_back(n);
   }
-  // Tensor data start: the end of the tensor infos, aligned.
-  const std::uint64_t end = c.pos();
-  const std::uint64_t pad = (md.alignment - end % md.alignment) % md.alignment;
-  md.data_offset = end + pad;
-  if (md.tensor_count > 0 && md.data_offset > c.size())
-    c.fail_at(end, "truncated file: the tensor data section starts at " +
-                       std::to_string(md.data_offset) + ", past the end (file size " +
-                       std::to_string(c.size()) + ")");
+  ti.type = c.u32(wn + " type");
+  const std::uint64_t off_at = c.pos();
+  ti.offset = c.u64(wn + " offset");
+  if (ti.offset % md.alignment != 0)
+    c.fail_at(off_at, wn + " has offset " + std::to_string(ti.offset) +
+                          ", not a multiple of general.alignment " + std::to_string(md.alignment));
+  for (const GgufTensorInfo& o : md.tensors)
+    if (o.name == ti.name) c.fail_at(nd_at, "duplicate tensor name " + ti.name);
+  return ti;
+}
+
+// The tensor data section (md.data_offset set): every tensor starts inside it and, for the
+// unquantized types, ends inside it; the RoPE tensors (F32, 1-D, 1 ..
+// gguf_max_rope_tensor_entries entries) are loaded into md.rope_tensors.
+inline void read_tensor_data(Cursor& c, GgufMetadata& md) {
   const std::uint64_t data_bytes = md.tensor_count > 0 ? c.size() - md.data_offset : 0;
   for (const GgufTensorInfo& ti : md.tensors) {
     if (ti.offset > data_bytes)
@@ -623,7 +623,7 @@ inline GgufMetadata read(Cursor& c) {
                                     std::to_string(ti.offset) + ", past the end of the file (" +
                                     std::to_string(data_bytes) + " data bytes)");
     std::uint64_t elems = 1;
-    for (std::uint64_t n : ti.dims) elems *= n;  // no overflow: checked above
+    for (std::uint64_t n : ti.dims) elems *= n;  // no overflow: checked in read_tensor_info
     const std::uint64_t es = plain_type_size(ti.type);
     if (es != 0 && elems > (data_bytes - ti.offset) / es)
       c.fail_at(md.data_offset + ti.offset,
@@ -646,6 +646,27 @@ inline GgufMetadata read(Cursor& c) {
     for (float& x : v) x = c.f32("tensor " + ti.name + " data");
     md.rope_tensors.emplace(ti.name, std::move(v));
   }
+}
+
+// A whole GGUF image: header, key-value pairs, tensor infos, data section start, RoPE tensors.
+inline GgufMetadata read(Cursor& c) {
+  GgufMetadata md;
+  md.source = c.name();
+  md.file_size = c.size();
+  const std::uint64_t kv_count = read_header(c, md);
+  read_kvs(c, md, kv_count);
+  md.tensors.reserve(static_cast<std::size_t>(md.tensor_count));
+  for (std::uint64_t k = 0; k < md.tensor_count; ++k)
+    md.tensors.push_back(read_tensor_info(c, md, k));
+  // Tensor data start: the end of the tensor infos, aligned.
+  const std::uint64_t end = c.pos();
+  const std::uint64_t pad = (md.alignment - end % md.alignment) % md.alignment;
+  md.data_offset = end + pad;
+  if (md.tensor_count > 0 && md.data_offset > c.size())
+    c.fail_at(end, "truncated file: the tensor data section starts at " +
+                       std::to_string(md.data_offset) + ", past the end (file size " +
+                       std::to_string(c.size()) + ")");
+  read_tensor_data(c, md);
   return md;
 }
 

@@ -415,8 +415,8 @@ inline std::vector<long long> read_sections(const Mapper& m, const std::string& 
     m.bad(sec_key, std::string("must be an array of up to 4 integers, got ") +
                        to_string(sec->type) + " " + sec->text());
   for (std::size_t j = 0; j < sec->elements.size(); ++j)
-    sections.push_back(m.integer_value(sec->elements[j], sec_key + "[" + std::to_string(j) + "]",
-                                       0, preset_max_head_dim));
+    sections.push_back(m.integer_value(sec->elements[j], sec_key + "[" + std::to_string(j) + "]", 0,
+                                       preset_max_head_dim));
   sections.resize(4, 0);
   return sections;
 }
@@ -528,8 +528,8 @@ inline void map_sections(const Mapper& m, GgufConfig& out, const std::vector<lon
                          const std::string& sec_key, const Provenance& from) {
   const long long n_rot = out.n_rot;
   if (sections.empty())
-    m.bad(sec_key, "is missing: architecture " + m.arch + " uses M-RoPE (" +
-                       to_string(out.rope_type) + ")");
+    m.bad(sec_key,
+          "is missing: architecture " + m.arch + " uses M-RoPE (" + to_string(out.rope_type) + ")");
   if (sections[3] != 0)
     m.bad(sec_key, "has a 4th section " + std::to_string(sections[3]) +
                        " (ggml's vision RoPE): only (t, h, w) text M-RoPE is supported");

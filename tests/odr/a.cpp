@@ -10,7 +10,8 @@
 double peal_odr_b();  // defined in b.cpp
 
 double peal_odr_a() {
-  const auto enc = peal::compose(peal::RotationBlock<double>(0.25), peal::JordanBlock<2, double>(0));
+  const auto enc =
+      peal::compose(peal::RotationBlock<double>(0.25), peal::JordanBlock<2, double>(0));
   return enc.A(3.0).sum() + peal::detail::reduced_angle(1.0, 0.0, 10.0) +
          double(peal::coordinate(peal::Layout::HalfSplit, 4, 2, 1, 1)) +
          peal::detail::encode_kernels::exp_kernel(0.5) +
