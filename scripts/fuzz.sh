@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# Fuzz config parsing: builds tests/fuzz/fuzz_rope_config.cpp with clang++ and libFuzzer +
-# ASan + UBSan (-O1 -g) into build-fuzz/ and runs it for ${PEAL_FUZZ_SECONDS:-60} seconds.
+# Fuzz config parsing: builds the libFuzzer targets with clang++ and libFuzzer + ASan + UBSan
+# (-O1 -g) into build-fuzz/ and runs each in turn:
+#   tests/fuzz/fuzz_rope_config.cpp  (JSON -> rope_config_from_hf) for ${PEAL_FUZZ_SECONDS:-60} s,
+#   tests/fuzz/fuzz_gguf_config.cpp  (GGUF -> rope_config_from_gguf) for
+#                                     ${PEAL_FUZZ_GGUF_SECONDS:-30} s.
 #
-#   scripts/fuzz.sh                      60 s
-#   PEAL_FUZZ_SECONDS=600 scripts/fuzz.sh
+#   scripts/fuzz.sh                      60 s + 30 s
+#   PEAL_FUZZ_SECONDS=600 PEAL_FUZZ_GGUF_SECONDS=600 scripts/fuzz.sh
 #
-# The seed corpus tests/fuzz/corpus_rope_config/ is copied into build-fuzz/corpus/, which
-# receives the new inputs (nothing is written into the source tree); a crashing input is
-# saved as build-fuzz/artifacts/crash-* (add it to the seed corpus once fixed: it is then a
-# regression test, replayed by the ctest fuzz_corpus_replay). Exits non-zero on a crash,
-# a leak, a sanitizer report, a timeout (-timeout=10 s per input) or an allocation past
-# -rss_limit_mb=2048. Exits 0 with a message when clang++ or libFuzzer is missing (1 when
-# CI=true).
+# The seed corpora tests/fuzz/corpus_rope_config/ and tests/fuzz/corpus_gguf_config/ are
+# copied into build-fuzz/corpus/ and build-fuzz/corpus_gguf/, which receive the new inputs
+# (nothing is written into the source tree); a crashing input is saved as
+# build-fuzz/artifacts/crash-* (JSON) or build-fuzz/artifacts/gguf-crash-* (GGUF). Add it to
+# the seed corpus once fixed: it is then a regression test, replayed by the ctest
+# fuzz_corpus_replay or fuzz_gguf_corpus_replay. Exits non-zero on a crash, a leak, a
+# sanitizer report, a timeout (-timeout=10 s per input) or an allocation past
+# -rss_limit_mb=2048 in either target (the GGUF target still runs when the JSON one failed).
+# Exits 0 with a message when clang++ or libFuzzer is missing, and skips only the JSON target
+# when nlohmann/json.hpp is missing (the GGUF target needs no JSON library, and still runs);
+# with CI=true each of these is a failure (exit 1).
 #
-# Environment: PEAL_FUZZ_SECONDS, PEAL_FUZZ_CXX (default clang++), PEAL_FUZZ_BUILD_DIR
-# (default build-fuzz), EIGEN3_INCLUDE_DIR (default /usr/include/eigen3),
+# Environment: PEAL_FUZZ_SECONDS, PEAL_FUZZ_GGUF_SECONDS, PEAL_FUZZ_CXX (default clang++),
+# PEAL_FUZZ_BUILD_DIR (default build-fuzz), EIGEN3_INCLUDE_DIR (default /usr/include/eigen3),
 # NLOHMANN_INCLUDE_DIR (default /usr/include).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,6 +30,7 @@ cd "$root"
 cxx="${PEAL_FUZZ_CXX:-clang++}"
 out="${PEAL_FUZZ_BUILD_DIR:-build-fuzz}"
 seconds="${PEAL_FUZZ_SECONDS:-60}"
+gguf_seconds="${PEAL_FUZZ_GGUF_SECONDS:-30}"
 eigen="${EIGEN3_INCLUDE_DIR:-/usr/include/eigen3}"
 nlohmann="${NLOHMANN_INCLUDE_DIR:-/usr/include}"
 
@@ -33,9 +41,8 @@ skip() {  # in CI (CI=true, where .ci/run has installed clang) a missing tool is
 }
 command -v "$cxx" > /dev/null 2>&1 || skip "$cxx not found"
 [[ -f "$eigen/Eigen/Core" ]] || skip "Eigen not found in $eigen (set EIGEN3_INCLUDE_DIR)"
-[[ -f "$nlohmann/nlohmann/json.hpp" ]] || skip "nlohmann/json.hpp not found in $nlohmann"
 
-mkdir -p "$out/corpus" "$out/artifacts"
+mkdir -p "$out/corpus" "$out/corpus_gguf" "$out/artifacts"
 # libFuzzer present? (GCC has no -fsanitize=fuzzer; Debian clang needs libclang-rt-*-dev.)
 probe="$out/probe.cpp"
 printf '%s\n' '#include <cstddef>' '#include <cstdint>' \
@@ -49,24 +56,46 @@ fi
 includes=(-I include -isystem "$eigen")
 [[ "$nlohmann" == /usr/include ]] || includes+=(-isystem "$nlohmann")
 
-bin="$out/fuzz_rope_config"
-echo "fuzz.sh: building $bin"
-# -fno-sanitize-recover=all: a UBSan report stops the run (it only prints by default).
-"$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -fno-omit-frame-pointer "${includes[@]}" \
-  tests/fuzz/fuzz_rope_config.cpp -o "$bin"
-
-cp -f tests/fuzz/corpus_rope_config/* "$out/corpus/"
-echo "fuzz.sh: running for $seconds s over a copy of tests/fuzz/corpus_rope_config in $out/corpus"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+
+# fuzz NAME SECONDS CORPUS_SRC CORPUS_DIR ARTIFACT_PREFIX [libFuzzer flags...]: builds
+# tests/fuzz/NAME.cpp into $out/NAME and runs it; returns the fuzzer's exit status.
+fuzz() {
+  local name="$1" secs="$2" seed="$3" corpus="$4" prefix="$5"
+  shift 5
+  local bin="$out/$name"
+  echo "fuzz.sh: building $bin"
+  # (Called in an || list, where set -e is off: every step checks its own status.)
+  # -fno-sanitize-recover=all: a UBSan report stops the run (it only prints by default).
+  "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    -fno-omit-frame-pointer "${includes[@]}" \
+    "tests/fuzz/$name.cpp" -o "$bin" || { echo "fuzz.sh: cannot build $bin" >&2; return 1; }
+  cp -f "$seed"/* "$corpus/" || return 1
+  echo "fuzz.sh: running $name for $secs s over a copy of $seed in $corpus"
+  local rc=0
+  "$bin" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
+    -print_final_stats=1 -artifact_prefix="$out/artifacts/$prefix" "$@" "$corpus" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    echo "fuzz.sh: $name failed (exit $rc); inputs in $out/artifacts/ (prefix '$prefix'):" >&2
+    ls -l "$out/artifacts/" >&2 || true
+  else
+    echo "fuzz.sh: $name: no failure in $secs s"
+  fi
+  return "$rc"
+}
+
 status=0
-"$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
-  -dict=tests/fuzz/rope_config.dict -print_final_stats=1 -artifact_prefix="$out/artifacts/" \
-  "$out/corpus" || status=$?
-if [[ $status -ne 0 ]]; then
-  echo "fuzz.sh: the fuzzer failed (exit $status); inputs in $out/artifacts/:" >&2
-  ls -l "$out/artifacts/" >&2 || true
-  exit "$status"
+if [[ -f "$nlohmann/nlohmann/json.hpp" ]]; then
+  fuzz fuzz_rope_config "$seconds" tests/fuzz/corpus_rope_config "$out/corpus" "" \
+    -dict=tests/fuzz/rope_config.dict || status=$?
+else
+  echo "fuzz.sh: nlohmann/json.hpp not found in $nlohmann; skipping fuzz_rope_config" \
+    "(set NLOHMANN_INCLUDE_DIR)"
+  if [[ "${CI:-}" == true ]]; then status=1; fi  # a failure in CI, after the GGUF run
 fi
-echo "fuzz.sh: no failure in $seconds s"
+gguf_status=0
+fuzz fuzz_gguf_config "$gguf_seconds" tests/fuzz/corpus_gguf_config "$out/corpus_gguf" gguf- \
+  || gguf_status=$?
+[[ $status -ne 0 ]] || status=$gguf_status
+exit "$status"

@@ -1,22 +1,8 @@
-// Reading a RopeConfig from a GGUF model file (ggml's docs/gguf.md; the keys and their
-// meaning as llama.cpp's loader reads them: src/llama-arch.cpp, src/llama-model.cpp
-// load_hparams and llama_model_rope_type, and as convert_hf_to_gguf.py writes them). Standard
-// library only; not part of <peal/peal.hpp>, include it explicitly.
-//
-// File layout (little-endian; version 2 or 3, version 1 with its 32-bit counts is refused):
-//   "GGUF" u32 version, u64 tensor_count, u64 metadata_kv_count,
-//   kv:     string key, u32 value type, value     (string = u64 length + bytes;
-//           types UINT8 0 INT8 1 UINT16 2 INT16 3 UINT32 4 INT32 5 FLOAT32 6 BOOL 7 STRING 8
-//           ARRAY 9 (u32 element type, u64 count, elements; nested arrays allowed) UINT64 10
-//           INT64 11 FLOAT64 12),
-//   tensor: string name, u32 n_dims (<= 4), u64 dims[n_dims], u32 ggml type, u64 offset
-//           (relative to the data section, a multiple of general.alignment, default 32),
-//   padding to general.alignment, tensor data.
-// Only the metadata is read, incrementally (a multi-GB model is never loaded), and of the
-// tensor data only the small F32 1-D tensors rope_freqs, rope_factors_long and
-// rope_factors_short (names with or without the ".weight" suffix llama.cpp's converter adds).
-// Every count and length is checked against the bytes left before anything is allocated
-// or read; a damaged file throws peal::invalid_argument naming the file and the byte offset.
+// Reading a RopeConfig from a GGUF model file: the mapping of its metadata (read by
+// <peal/gguf.hpp>, the file format) to a peal::RopeConfig. The keys and their meaning are as
+// llama.cpp's loader reads them (src/llama-arch.cpp, src/llama-model.cpp load_hparams and
+// llama_model_rope_type) and as convert_hf_to_gguf.py writes them. Not part of
+// <peal/peal.hpp>, include it explicitly.
 //
 // Mapping ({arch} = general.architecture):
 //   head_dim               {arch}.attention.key_length, else {arch}.embedding_length /
@@ -63,669 +49,26 @@
 //
 // The result is validated (validate_rope_config; with M-RoPE sections, the config without
 // them, and sum(sections) == n_rot / 2): errors name the key and the file.
-//
-// Not checked: the data extent of quantized tensors (their block sizes are not tabulated
-// here; their offsets are checked to start inside the file), the UTF-8 validity of strings.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
-#include <istream>
 #include <limits>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "errors.hpp"
+#include "gguf.hpp"
 #include "layout.hpp"
 #include "rope.hpp"
 
 namespace peal {
 
-// ---- Limits of the reader (all well above what real GGUF files contain) -----------------
-
-/// Largest array nesting depth (an array of arrays is depth 2).
-inline constexpr int gguf_max_array_depth = 4;
-/// Arrays with more elements are skipped, not stored (only their type and count are kept):
-/// e.g. tokenizer vocabularies.
-inline constexpr std::uint64_t gguf_max_kept_array_entries = 4096;
-/// Total number of array elements stored per file (bounds memory at a few tens of MB).
-inline constexpr std::uint64_t gguf_max_kept_elements = std::uint64_t(1) << 18;
-/// Strings longer than this are skipped, not stored (GgufValue::loaded is false).
-inline constexpr std::uint64_t gguf_max_kept_string_bytes = std::uint64_t(1) << 20;
-/// Longest metadata key (docs/gguf.md: at most 65535 bytes).
-inline constexpr std::uint64_t gguf_max_key_bytes = 65535;
-/// Longest tensor name (docs/gguf.md: at most 64 bytes).
-inline constexpr std::uint64_t gguf_max_tensor_name_bytes = 64;
-/// Most dimensions of a tensor (ggml's GGML_MAX_DIMS).
-inline constexpr std::uint32_t gguf_max_dims = 4;
-/// Largest general.alignment accepted (a power of two).
-inline constexpr std::uint32_t gguf_max_alignment = std::uint32_t(1) << 20;
-
-/// GGUF metadata value types (docs/gguf.md gguf_metadata_value_type).
-enum class GgufType : std::uint32_t {
-  UInt8 = 0,
-  Int8 = 1,
-  UInt16 = 2,
-  Int16 = 3,
-  UInt32 = 4,
-  Int32 = 5,
-  Float32 = 6,
-  Bool = 7,
-  String = 8,
-  Array = 9,
-  UInt64 = 10,
-  Int64 = 11,
-  Float64 = 12,
-};
-
-/// The docs/gguf.md spelling without the prefix: "UINT8", ..., "FLOAT64".
-inline const char* to_string(GgufType t) {
-  switch (t) {
-    case GgufType::UInt8:
-      return "UINT8";
-    case GgufType::Int8:
-      return "INT8";
-    case GgufType::UInt16:
-      return "UINT16";
-    case GgufType::Int16:
-      return "INT16";
-    case GgufType::UInt32:
-      return "UINT32";
-    case GgufType::Int32:
-      return "INT32";
-    case GgufType::Float32:
-      return "FLOAT32";
-    case GgufType::Bool:
-      return "BOOL";
-    case GgufType::String:
-      return "STRING";
-    case GgufType::Array:
-      return "ARRAY";
-    case GgufType::UInt64:
-      return "UINT64";
-    case GgufType::Int64:
-      return "INT64";
-    case GgufType::Float64:
-      return "FLOAT64";
-  }
-  return "?";
-}
-
-/// One metadata value. Scalars: unsigned integers and bools in `u`, signed integers in `i`,
-/// floats in `f` (FLOAT32 widened exactly), strings in `str`. Arrays: `element_type`,
-/// `count`, and the elements in `elements` when loaded (see the limits above).
-struct GgufValue {
-  GgufType type = GgufType::UInt8;
-  std::uint64_t u = 0;
-  std::int64_t i = 0;
-  double f = 0;
-  std::string str;
-  GgufType element_type = GgufType::UInt8;
-  std::uint64_t count = 0;  ///< array elements, or string bytes
-  std::vector<GgufValue> elements;
-  bool loaded = true;  ///< false: a long string or a large array, skipped (only its size kept)
-
-  bool is_integer() const {
-    switch (type) {
-      case GgufType::UInt8:
-      case GgufType::Int8:
-      case GgufType::UInt16:
-      case GgufType::Int16:
-      case GgufType::UInt32:
-      case GgufType::Int32:
-      case GgufType::UInt64:
-      case GgufType::Int64:
-        return true;
-      default:
-        return false;
-    }
-  }
-  bool is_signed() const {
-    return type == GgufType::Int8 || type == GgufType::Int16 || type == GgufType::Int32 ||
-           type == GgufType::Int64;
-  }
-  bool is_float() const { return type == GgufType::Float32 || type == GgufType::Float64; }
-
-  /// A printable form: numbers as written (FLOAT32 with 9 digits, FLOAT64 with 17), strings
-  /// quoted and escaped (at most 256 bytes shown), arrays as [a, b, ...] with at most 8
-  /// elements shown and the count and type.
-  std::string text() const {
-    std::ostringstream os;
-    switch (type) {
-      case GgufType::Bool:
-        os << (u ? "true" : "false");
-        break;
-      case GgufType::Float32:
-        os.precision(9);
-        os << f;
-        break;
-      case GgufType::Float64:
-        os.precision(17);
-        os << f;
-        break;
-      case GgufType::String: {
-        if (!loaded) {
-          os << "<string of " << count << " bytes, not loaded>";
-          break;
-        }
-        os << '"';
-        const std::size_t shown = str.size() < 256 ? str.size() : 256;
-        for (std::size_t k = 0; k < shown; ++k) {
-          const unsigned char ch = static_cast<unsigned char>(str[k]);
-          if (ch == '"' || ch == '\\') {
-            os << '\\' << ch;
-          } else if (ch == '\n') {
-            os << "\\n";
-          } else if (ch < 0x20 || ch == 0x7f) {
-            const char* hex = "0123456789abcdef";
-            os << "\\x" << hex[ch >> 4] << hex[ch & 15];
-          } else {
-            os << ch;
-          }
-        }
-        os << '"';
-        if (shown < str.size()) os << "... (" << str.size() << " bytes)";
-        break;
-      }
-      case GgufType::Array: {
-        if (!loaded) {
-          os << "[" << count << " x " << to_string(element_type) << ", not loaded]";
-          break;
-        }
-        os << '[';
-        const std::size_t shown = elements.size() < 8 ? elements.size() : 8;
-        for (std::size_t k = 0; k < shown; ++k) os << (k ? ", " : "") << elements[k].text();
-        if (shown < elements.size()) os << ", ...";
-        os << "] (" << count << " x " << to_string(element_type) << ")";
-        break;
-      }
-      default:
-        if (is_signed())
-          os << i;
-        else
-          os << u;
-        break;
-    }
-    return os.str();
-  }
-};
-
-/// One tensor info record.
-struct GgufTensorInfo {
-  std::string name;
-  std::vector<std::uint64_t> dims;  ///< ggml order: dims[0] is the contiguous one
-  std::uint32_t type = 0;           ///< ggml_type (0 = F32)
-  std::uint64_t offset = 0;         ///< relative to GgufMetadata::data_offset
-};
-
-/// What gguf_metadata_* reads: the header, every key (in a map: keys are unique), every
-/// tensor info, and the data of the small RoPE tensors (rope_freqs, rope_factors_long,
-/// rope_factors_short) under their names as written in the file.
-struct GgufMetadata {
-  std::string source;  ///< the file name (or the name given for a buffer), for messages
-  std::uint32_t version = 0;
-  std::uint64_t tensor_count = 0;
-  std::map<std::string, GgufValue> kv;
-  std::vector<GgufTensorInfo> tensors;
-  std::uint32_t alignment = 32;
-  std::uint64_t data_offset = 0;  ///< absolute offset of the tensor data section
-  std::uint64_t file_size = 0;
-  std::map<std::string, std::vector<float>> rope_tensors;
-
-  const GgufValue* find(const std::string& key) const {
-    const auto it = kv.find(key);
-    return it == kv.end() ? nullptr : &it->second;
-  }
-};
-
-namespace detail {
-namespace gguf {
-
-inline std::string hex(std::uint64_t x) {
-  std::ostringstream os;
-  os << "0x" << std::hex << x;
-  return os.str();
-}
-
-// A bounded little-endian reader over a byte buffer or an std::istream of known size.
-// Every read checks the bytes left first; errors name the source and the byte offset.
-class Cursor {
- public:
-  Cursor(const unsigned char* data, std::uint64_t size, std::string name)
-      : data_(data), size_(size), name_(std::move(name)) {}
-  Cursor(std::istream& in, std::uint64_t size, std::string name)
-      : in_(&in), size_(size), name_(std::move(name)) {}
-
-  std::uint64_t pos() const { return pos_; }
-  std::uint64_t size() const { return size_; }
-  std::uint64_t remaining() const { return size_ - pos_; }
-  const std::string& name() const { return name_; }
-
-  [[noreturn]] void fail_at(std::uint64_t at, const std::string& what) const {
-    fail("gguf_config: \"" + name_ + "\", byte " + std::to_string(at) + ": " + what);
-  }
-
-  void need(std::uint64_t n, const std::string& what) const {
-    if (n > remaining())
-      fail_at(pos_, "truncated file: " + what + " needs " + std::to_string(n) + " bytes, " +
-                        std::to_string(remaining()) + " left (file size " + std::to_string(size_) +
-                        ")");
-  }
-
-  void bytes(void* out, std::size_t n, const std::string& what) {
-    need(n, what);
-    if (n == 0) return;
-    if (data_) {
-      std::memcpy(out, data_ + pos_, n);
-    } else {
-      sync();
-      in_->read(static_cast<char*>(out), static_cast<std::streamsize>(n));
-      if (static_cast<std::uint64_t>(in_->gcount()) != n)
-        fail_at(pos_, "cannot read " + what + " (" + std::to_string(n) + " bytes)");
-      stream_pos_ += n;
-    }
-    pos_ += n;
-  }
-
-  void skip(std::uint64_t n, const std::string& what) {
-    need(n, what);
-    if (in_ && n <= sizeof(scratch_)) {  // small skips: read (keeps the stream buffer)
-      bytes(scratch_, static_cast<std::size_t>(n), what);
-      return;
-    }
-    pos_ += n;
-  }
-
-  void seek(std::uint64_t at) {
-    if (at > size_) fail_at(pos_, "seek to " + std::to_string(at) + " past the end");
-    pos_ = at;
-  }
-
-  template <class U>
-  U uint(const std::string& what) {
-    unsigned char b[sizeof(U)];
-    bytes(b, sizeof(U), what);
-    U x = 0;
-    for (std::size_t k = 0; k < sizeof(U); ++k) x = U(x | (U(b[k]) << (8 * k)));
-    return x;
-  }
-  std::uint8_t u8(const std::string& w) { return uint<std::uint8_t>(w); }
-  std::uint16_t u16(const std::string& w) { return uint<std::uint16_t>(w); }
-  std::uint32_t u32(const std::string& w) { return uint<std::uint32_t>(w); }
-  std::uint64_t u64(const std::string& w) { return uint<std::uint64_t>(w); }
-  float f32(const std::string& w) {
-    const std::uint32_t b = u32(w);
-    float x;
-    std::memcpy(&x, &b, sizeof x);
-    return x;
-  }
-  double f64(const std::string& w) {
-    const std::uint64_t b = u64(w);
-    double x;
-    std::memcpy(&x, &b, sizeof x);
-    return x;
-  }
-
- private:
-  void sync() {
-    if (stream_pos_ != pos_) {
-      in_->clear();
-      in_->seekg(static_cast<std::streamoff>(pos_), std::ios::beg);
-      if (!*in_) fail_at(pos_, "cannot seek");
-      stream_pos_ = pos_;
-    }
-  }
-
-  const unsigned char* data_ = nullptr;
-  std::istream* in_ = nullptr;
-  std::uint64_t size_ = 0;
-  std::uint64_t pos_ = 0;
-  std::uint64_t stream_pos_ = 0;
-  std::string name_;
-  unsigned char scratch_[4096];
-};
-
-// Smallest encoded size of a value of type t (for bounding counts by the bytes left).
-inline std::uint64_t min_size(GgufType t) {
-  switch (t) {
-    case GgufType::UInt8:
-    case GgufType::Int8:
-    case GgufType::Bool:
-      return 1;
-    case GgufType::UInt16:
-    case GgufType::Int16:
-      return 2;
-    case GgufType::UInt32:
-    case GgufType::Int32:
-    case GgufType::Float32:
-      return 4;
-    case GgufType::UInt64:
-    case GgufType::Int64:
-    case GgufType::Float64:
-      return 8;
-    case GgufType::String:
-      return 8;
-    case GgufType::Array:
-      return 12;
-  }
-  return 1;
-}
-
-inline GgufType value_type(Cursor& c, const std::string& what) {
-  const std::uint64_t at = c.pos();
-  const std::uint32_t t = c.u32(what);
-  if (t > 12)
-    c.fail_at(at, what + ": unknown GGUF value type " + std::to_string(t) +
-                      " (known: 0 .. 12, UINT8 .. FLOAT64)");
-  return static_cast<GgufType>(t);
-}
-
-// A gguf string: u64 length (<= max_len and the bytes left), then the bytes.
-inline std::string read_string(Cursor& c, std::uint64_t max_len, const std::string& what) {
-  const std::uint64_t at = c.pos();
-  const std::uint64_t n = c.u64(what + " length");
-  if (n > max_len)
-    c.fail_at(at,
-              what + " has length " + std::to_string(n) + ", more than " + std::to_string(max_len));
-  c.need(n, what);
-  std::string s(static_cast<std::size_t>(n), '\0');
-  c.bytes(&s[0], static_cast<std::size_t>(n), what);
-  return s;
-}
-
-struct Parser {
-  Cursor& c;
-  std::uint64_t kept_elements = 0;
-
-  GgufValue value(GgufType t, int depth, bool keep, const std::string& what) {
-    GgufValue v;
-    v.type = t;
-    v.loaded = keep;
-    switch (t) {
-      case GgufType::UInt8:
-        v.u = c.u8(what);
-        break;
-      case GgufType::Int8:
-        v.i = static_cast<std::int8_t>(c.u8(what));
-        break;
-      case GgufType::UInt16:
-        v.u = c.u16(what);
-        break;
-      case GgufType::Int16:
-        v.i = static_cast<std::int16_t>(c.u16(what));
-        break;
-      case GgufType::UInt32:
-        v.u = c.u32(what);
-        break;
-      case GgufType::Int32:
-        v.i = static_cast<std::int32_t>(c.u32(what));
-        break;
-      case GgufType::UInt64:
-        v.u = c.u64(what);
-        break;
-      case GgufType::Int64:
-        v.i = static_cast<std::int64_t>(c.u64(what));
-        break;
-      case GgufType::Float32:
-        v.f = c.f32(what);
-        break;
-      case GgufType::Float64:
-        v.f = c.f64(what);
-        break;
-      case GgufType::Bool: {
-        const std::uint64_t at = c.pos();
-        v.u = c.u8(what);
-        if (v.u > 1) c.fail_at(at, what + ": a BOOL must be 0 or 1, got " + std::to_string(v.u));
-        break;
-      }
-      case GgufType::String: {
-        v.count = c.u64(what);  // the length
-        c.need(v.count, what);
-        if (keep && v.count <= gguf_max_kept_string_bytes) {
-          v.str.assign(static_cast<std::size_t>(v.count), '\0');
-          if (v.count) c.bytes(&v.str[0], static_cast<std::size_t>(v.count), what);
-        } else {
-          v.loaded = false;
-          c.skip(v.count, what);
-        }
-        break;
-      }
-      case GgufType::Array: {
-        const std::uint64_t at = c.pos();
-        if (depth >= gguf_max_array_depth)
-          c.fail_at(at, what + ": arrays nested deeper than " +
-                            std::to_string(gguf_max_array_depth) + " (gguf_max_array_depth)");
-        v.element_type = value_type(c, what + " element type");
-        const std::uint64_t count_at = c.pos();
-        v.count = c.u64(what + " element count");
-        const std::uint64_t m = min_size(v.element_type);
-        if (v.count > c.remaining() / m)
-          c.fail_at(count_at, what + ": an array of " + std::to_string(v.count) + " " +
-                                  to_string(v.element_type) + " needs at least " +
-                                  std::to_string(m) + " bytes each, " +
-                                  std::to_string(c.remaining()) + " bytes left");
-        const bool keep_elems = keep && v.count <= gguf_max_kept_array_entries &&
-                                kept_elements + v.count <= gguf_max_kept_elements;
-        v.loaded = keep_elems;
-        if (keep_elems) {
-          kept_elements += v.count;
-          v.elements.reserve(static_cast<std::size_t>(v.count));
-        }
-        // Fixed-size elements of a skipped array: one skip.
-        if (!keep_elems && v.element_type != GgufType::String &&
-            v.element_type != GgufType::Array && v.element_type != GgufType::Bool) {
-          c.skip(v.count * m, what + " elements");
-          break;
-        }
-        const std::string elem = "an element of " + what;  // built once, not per element
-        for (std::uint64_t k = 0; k < v.count; ++k) {
-          GgufValue e = value(v.element_type, depth + 1, keep_elems, elem);
-          if (keep_elems) v.elements.push_back(std::move(e));
-        }
-        break;
-      }
-    }
-    return v;
-  }
-};
-
-inline bool is_rope_tensor(const std::string& n) {
-  return n == "rope_freqs" || n == "rope_freqs.weight" || n == "rope_factors_long" ||
-         n == "rope_factors_long.weight" || n == "rope_factors_short" ||
-         n == "rope_factors_short.weight";
-}
-
-// Bytes per element of the unquantized ggml types (0: a quantized or unknown type).
-inline std::uint64_t plain_type_size(std::uint32_t t) {
-  switch (t) {
-    case 0:
-      return 4;  // F32
-    case 1:
-      return 2;  // F16
-    case 24:
-      return 1;  // I8
-    case 25:
-      return 2;  // I16
-    case 26:
-      return 4;  // I32
-    case 27:
-      return 8;  // I64
-    case 28:
-      return 8;  // F64
-    case 30:
-      return 2;  // BF16
-    default:
-      return 0;
-  }
-}
-
-inline GgufMetadata read(Cursor& c) {
-  GgufMetadata md;
-  md.source = c.name();
-  md.file_size = c.size();
-  unsigned char magic[4] = {0, 0, 0, 0};
-  if (c.size() < 4) c.need(4, "the magic \"GGUF\"");
-  c.bytes(magic, 4, "the magic");
-  if (!(magic[0] == 'G' && magic[1] == 'G' && magic[2] == 'U' && magic[3] == 'F'))
-    c.fail_at(0, "not a GGUF file: the magic is " +
-                     hex(std::uint32_t(magic[0]) | std::uint32_t(magic[1]) << 8 |
-                         std::uint32_t(magic[2]) << 16 | std::uint32_t(magic[3]) << 24) +
-                     ", expected \"GGUF\" (0x46554747)");
-  md.version = c.u32("the version");
-  if (md.version == 1)
-    c.fail_at(4,
-              "GGUF version 1 (32-bit counts) is not supported: re-convert the model "
-              "(versions 2 and 3 are read)");
-  if (md.version != 2 && md.version != 3) {
-    std::string why =
-        "unsupported GGUF version " + std::to_string(md.version) + " (versions 2 and 3 are read)";
-    if ((md.version & 0xffffu) == 0 && (md.version >> 24) <= 3)
-      why += "; this looks like a big-endian file, which is not supported";
-    c.fail_at(4, why);
-  }
-  md.tensor_count = c.u64("the tensor count");
-  const std::uint64_t kv_count = c.u64("the metadata key-value count");
-  // Smallest kv: key length (8) + value type (4) + 1 byte; smallest tensor info: name length
-  // (8) + n_dims (4) + type (4) + offset (8).
-  if (kv_count > c.remaining() / 13)
-    c.fail_at(16, "metadata_kv_count " + std::to_string(kv_count) + " cannot fit in the " +
-                      std::to_string(c.remaining()) + " bytes left");
-  if (md.tensor_count > c.remaining() / 24)
-    c.fail_at(8, "tensor_count " + std::to_string(md.tensor_count) + " cannot fit in the " +
-                     std::to_string(c.remaining()) + " bytes left");
-
-  Parser p{c};
-  for (std::uint64_t k = 0; k < kv_count; ++k) {
-    const std::uint64_t at = c.pos();
-    std::string key = read_string(c, gguf_max_key_bytes, "key " + std::to_string(k));
-    const GgufType t = value_type(c, "the value type of key " + key);
-    GgufValue v = p.value(t, 0, true, "the value of key " + key);
-    if (!md.kv.emplace(key, std::move(v)).second) c.fail_at(at, "duplicate key " + key);
-  }
-
-  if (const GgufValue* a = md.find("general.alignment")) {
-    if (a->type != GgufType::UInt32)
-      c.fail_at(c.pos(), std::string("general.alignment must be a UINT32, got ") +
-                             to_string(a->type) + " " + a->text());
-    if (a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > gguf_max_alignment)
-      c.fail_at(c.pos(), "general.alignment must be a power of two <= " +
-                             std::to_string(gguf_max_alignment) + ", got " + a->text());
-    md.alignment = static_cast<std::uint32_t>(a->u);
-  }
-
-  md.tensors.reserve(static_cast<std::size_t>(md.tensor_count));
-  for (std::uint64_t k = 0; k < md.tensor_count; ++k) {
-    GgufTensorInfo ti;
-    const std::string w = "tensor " + std::to_string(k);
-    ti.name = read_string(c, gguf_max_tensor_name_bytes, w + " name");
-    const std::string wn = w + " (" + ti.name + ")";
-    const std::uint64_t nd_at = c.pos();
-    const std::uint32_t nd = c.u32(wn + " n_dims");
-    if (nd > gguf_max_dims)
-      c.fail_at(nd_at, wn + " has n_dims " + std::to_string(nd) + ", more than " +
-                           std::to_string(gguf_max_dims) + " (GGML_MAX_DIMS)");
-    std::uint64_t elems = 1;
-    for (std::uint32_t d = 0; d < nd; ++d) {
-      const std::uint64_t at = c.pos();
-      const std::uint64_t n = c.u64(wn + " dims[" + std::to_string(d) + "]");
-      if (n > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ||
-          (n != 0 && elems > std::uint64_t(std::numeric_limits<std::int64_t>::max()) / n))
-        c.fail_at(at, wn + ": the element count overflows int64 at dims[" + std::to_string(d) +
-                          "] = " + std::to_string(n));
-      elems *= n;
-      ti.dims.push_back(n);
-    }
-    ti.type = c.u32(wn + " type");
-    const std::uint64_t off_at = c.pos();
-    ti.offset = c.u64(wn + " offset");
-    if (ti.offset % md.alignment != 0)
-      c.fail_at(off_at, wn + " has offset " + std::to_string(ti.offset) +
-                            ", not a multiple of general.alignment " +
-                            std::to_string(md.alignment));
-    for (const GgufTensorInfo& o : md.tensors)
-      if (o.name == ti.name) c.fail_at(nd_at, "duplicate tensor name " + ti.name);
-    md.tensors.push_back(std::move(ti));
-  }
-  // Tensor data start: the end of the tensor infos, aligned.
-  const std::uint64_t end = c.pos();
-  const std::uint64_t pad = (md.alignment - end % md.alignment) % md.alignment;
-  md.data_offset = end + pad;
-  if (md.tensor_count > 0 && md.data_offset > c.size())
-    c.fail_at(end, "truncated file: the tensor data section starts at " +
-                       std::to_string(md.data_offset) + ", past the end (file size " +
-                       std::to_string(c.size()) + ")");
-  const std::uint64_t data_bytes = md.tensor_count > 0 ? c.size() - md.data_offset : 0;
-  for (const GgufTensorInfo& ti : md.tensors) {
-    if (ti.offset > data_bytes)
-      c.fail_at(md.data_offset, "tensor " + ti.name + " starts at data offset " +
-                                    std::to_string(ti.offset) + ", past the end of the file (" +
-                                    std::to_string(data_bytes) + " data bytes)");
-    std::uint64_t elems = 1;
-    for (std::uint64_t n : ti.dims) elems *= n;  // no overflow: checked above
-    const std::uint64_t es = plain_type_size(ti.type);
-    if (es != 0 && elems > (data_bytes - ti.offset) / es)
-      c.fail_at(md.data_offset + ti.offset,
-                "truncated file: tensor " + ti.name + " (" + std::to_string(elems) +
-                    " elements of " + std::to_string(es) + " bytes) extends past the end");
-    if (!is_rope_tensor(ti.name)) continue;
-    if (ti.type != 0)
-      c.fail_at(md.data_offset + ti.offset, "tensor " + ti.name + " has ggml type " +
-                                                std::to_string(ti.type) + ", F32 (0) expected");
-    if (ti.dims.size() != 1)
-      c.fail_at(md.data_offset + ti.offset, "tensor " + ti.name + " has " +
-                                                std::to_string(ti.dims.size()) +
-                                                " dimensions, 1 expected");
-    if (elems == 0 || elems > std::uint64_t(preset_max_head_dim / 2))
-      c.fail_at(md.data_offset + ti.offset,
-                "tensor " + ti.name + " has " + std::to_string(elems) + " entries, expected 1 .. " +
-                    std::to_string(preset_max_head_dim / 2) + " (preset_max_head_dim / 2)");
-    c.seek(md.data_offset + ti.offset);
-    std::vector<float> v(static_cast<std::size_t>(elems));
-    for (float& x : v) x = c.f32("tensor " + ti.name + " data");
-    md.rope_tensors.emplace(ti.name, std::move(v));
-  }
-  return md;
-}
-
-}  // namespace gguf
-}  // namespace detail
-
-/// Reads the metadata of a GGUF image held in memory; `name` is used in messages.
-inline GgufMetadata gguf_metadata_from_bytes(const void* data, std::size_t size,
-                                             const std::string& name = "<memory>") {
-  if (!data && size != 0) detail::fail("gguf_config: gguf_metadata_from_bytes: null data");
-  detail::gguf::Cursor c(static_cast<const unsigned char*>(data), size, name);
-  return detail::gguf::read(c);
-}
-
-/// Reads the metadata of a GGUF image from a seekable binary stream positioned anywhere
-/// (offsets are from its beginning; its size is found by seeking to the end), incrementally:
-/// the header region and the small RoPE tensors only. `name` is used in messages.
-inline GgufMetadata gguf_metadata_from_stream(std::istream& in, const std::string& name) {
-  in.clear();
-  in.seekg(0, std::ios::end);
-  const std::streamoff end = in.tellg();
-  if (!in || end < 0) detail::fail("gguf_config: cannot determine the size of \"" + name + "\"");
-  in.seekg(0, std::ios::beg);
-  if (!in) detail::fail("gguf_config: cannot seek in \"" + name + "\"");
-  detail::gguf::Cursor c(in, static_cast<std::uint64_t>(end), name);
-  return detail::gguf::read(c);
-}
-
-/// Reads the metadata of a GGUF file (the header region only, incrementally, plus the small
-/// RoPE tensors: a multi-GB model is never read whole).
-inline GgufMetadata gguf_metadata_from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) detail::fail("gguf_config: cannot open \"" + path + "\"");
-  return gguf_metadata_from_stream(in, path);
-}
+static_assert(gguf_max_rope_tensor_entries == std::uint64_t(preset_max_head_dim / 2),
+              "gguf.hpp bounds the RoPE tensors by preset_max_head_dim / 2");
 
 /// llama.cpp's llama_rope_type: how an architecture applies RoPE.
 enum class GgufRopeType {
@@ -1015,6 +358,190 @@ inline std::string known_architectures() {
   return s;
 }
 
+// Where each field of the mapped RopeConfig was read from, for the validation message.
+struct Provenance {
+  std::string head_dim_from, nrot_key, base_key, type_key, tname, factor_from, orig_key;
+};
+
+// general.architecture and its RoPE type (before M-RoPE sections are looked at), the context
+// length and the ALiBi bias; sets m.arch.
+inline void map_architecture(Mapper& m, GgufConfig& out) {
+  const std::optional<std::string> arch = m.string("general.architecture");
+  if (!arch) m.bad("general.architecture", "is missing (required by docs/gguf.md)");
+  out.architecture = *arch;
+  m.arch = *arch;
+  const std::optional<GgufRopeType> rt = gguf_rope_type(*arch);
+  if (!rt)
+    m.bad("general.architecture", "is \"" + *arch +
+                                      "\", an architecture whose RoPE type is not known (known: " +
+                                      known_architectures() + ")");
+  out.rope_type = *rt;
+
+  if (const auto cl = m.integer(m.k("context_length"), 0, std::numeric_limits<int>::max()))
+    out.context_length = static_cast<int>(*cl);
+  if (const auto ab = m.number(m.k("attention.max_alibi_bias"))) {
+    if (!std::isfinite(*ab)) m.bad(m.k("attention.max_alibi_bias"), "must be finite");
+    out.max_alibi_bias = *ab;
+  }
+}
+
+// head_dim: key_length, else embedding_length / head_count (std::nullopt if neither);
+// `from` receives the key(s) it came from. At most preset_max_head_dim.
+inline std::optional<long long> resolve_head_dim(const Mapper& m, std::string& from) {
+  const std::string key_len = m.k("attention.key_length");
+  std::optional<long long> head_dim = m.per_layer(key_len, 0, preset_max_head_dim);
+  from = key_len;
+  if (!head_dim || *head_dim == 0) {
+    const auto embd = m.integer(m.k("embedding_length"), 0, std::numeric_limits<int>::max());
+    const auto heads = m.per_layer(m.k("attention.head_count"), 0, std::numeric_limits<int>::max());
+    if (embd && heads && *heads > 0) {
+      head_dim = *embd / *heads;
+      from = m.k("embedding_length") + " / " + m.k("attention.head_count") + " = " +
+             std::to_string(*embd) + " / " + std::to_string(*heads);
+    }
+  }
+  if (head_dim && *head_dim > preset_max_head_dim)
+    m.bad(from, "gives head_dim " + std::to_string(*head_dim) + ", more than " +
+                    std::to_string(preset_max_head_dim) + " (preset_max_head_dim)");
+  return head_dim;
+}
+
+// {arch}.rope.dimension_sections: empty if absent, else 4 integers (missing ones 0).
+inline std::vector<long long> read_sections(const Mapper& m, const std::string& sec_key) {
+  const GgufValue* sec = m.md.find(sec_key);
+  std::vector<long long> sections;
+  if (!sec) return sections;
+  if (sec->type != GgufType::Array || !sec->loaded || sec->count == 0 || sec->count > 4)
+    m.bad(sec_key, std::string("must be an array of up to 4 integers, got ") +
+                       to_string(sec->type) + " " + sec->text());
+  for (std::size_t j = 0; j < sec->elements.size(); ++j)
+    sections.push_back(m.integer_value(sec->elements[j], sec_key + "[" + std::to_string(j) + "]", 0,
+                                       preset_max_head_dim));
+  sections.resize(4, 0);
+  return sections;
+}
+
+// The rotary dim n_rot ({arch}.rope.dimension_count, else head_dim): even, in [2, head_dim];
+// sets c.partial_rotary_factor to the smallest p with int(head_dim * p) == n_rot.
+inline long long map_rotary_dim(const Mapper& m, RopeConfig& c, const Provenance& from) {
+  const long long n_rot = m.integer(from.nrot_key, 0, preset_max_head_dim).value_or(c.head_dim);
+  if (n_rot < 2 || n_rot % 2 != 0 || n_rot > c.head_dim)
+    m.bad(from.nrot_key, "is " + std::to_string(n_rot) + ": must be even, >= 2 and <= head_dim " +
+                             std::to_string(c.head_dim) + " (" + from.head_dim_from + ")");
+  double p = double(n_rot) / double(c.head_dim);
+  while (static_cast<long long>(double(c.head_dim) * p) < n_rot) p = std::nextafter(p, 2.0);
+  c.partial_rotary_factor = p;
+  return n_rot;
+}
+
+// The scaling factor: .rope.scaling.factor, else the older .rope.scale_linear; 0 means unset
+// (llama.cpp). Sets from.factor_from.
+inline std::optional<double> scaling_factor(const Mapper& m, Provenance& from) {
+  const std::string factor_key = m.k("rope.scaling.factor");
+  const std::string linear_key = m.k("rope.scale_linear");
+  std::optional<double> factor = m.number(factor_key);
+  from.factor_from = factor_key;
+  if (!factor || *factor == 0) {
+    factor = m.number(linear_key);
+    from.factor_from = linear_key;
+  }
+  if (factor && *factor == 0) factor.reset();
+  return factor;
+}
+
+// The YaRN and LongRoPE parameters of s (s.type already set).
+inline void map_scaling_extras(const Mapper& m, RopeScaling& s, const Provenance& from) {
+  if (s.type == RopeType::Yarn) {
+    s.beta_fast = m.number(m.k("rope.scaling.yarn_beta_fast"));
+    s.beta_slow = m.number(m.k("rope.scaling.yarn_beta_slow"));
+    const std::string ext_key = m.k("rope.scaling.yarn_ext_factor");
+    if (const auto ext = m.number(ext_key))
+      if (*ext != 1.0)
+        m.bad(ext_key,
+              "is " + m.md.find(ext_key)->text() + ": only 1 (HF's YaRN ramp) is supported");
+    s.attention_factor = m.number(m.k("rope.scaling.yarn_attn_factor"));
+    if (!s.attention_factor) s.attention_factor = m.number(m.k("rope.scaling.attn_factor"));
+  }
+  if (s.type == RopeType::LongRope) {
+    s.attention_factor = m.number(m.k("rope.scaling.attn_factor"));
+    const std::vector<float>* lf = m.tensor("rope_factors_long");
+    const std::vector<float>* sf = m.tensor("rope_factors_short");
+    if (!lf || !sf)
+      m.bad(from.type_key,
+            "is \"longrope\" but the tensors rope_factors_long and "
+            "rope_factors_short are not both in the file");
+    s.long_factor = std::vector<double>(lf->begin(), lf->end());
+    s.short_factor = std::vector<double>(sf->begin(), sf->end());
+  }
+}
+
+// RopeScaling from .rope.scaling.type (absent: linear with a factor, else none), the factor,
+// .scaling.original_context_length and the YaRN / LongRoPE parameters.
+inline void map_scaling(const Mapper& m, RopeScaling& s, Provenance& from) {
+  from.type_key = m.k("rope.scaling.type");
+  const std::optional<double> factor = scaling_factor(m, from);
+  const std::optional<std::string> type = m.string(from.type_key);
+  from.tname = type ? *type : (factor ? "linear" : "none");
+  if (from.tname == "none") {
+    s.type = RopeType::Default;
+  } else if (from.tname == "linear") {
+    s.type = factor ? RopeType::Linear : RopeType::Default;
+    s.factor = factor;
+  } else if (from.tname == "yarn") {
+    s.type = RopeType::Yarn;
+    s.factor = factor;
+  } else if (from.tname == "longrope") {
+    s.type = RopeType::LongRope;
+    s.factor = factor;
+  } else {
+    m.bad(from.type_key,
+          "is \"" + from.tname + "\": unknown (supported: none, linear, yarn, longrope)");
+  }
+  if (factor && !std::isfinite(*factor)) m.bad(from.factor_from, "must be finite");
+  from.orig_key = m.k("rope.scaling.original_context_length");
+  if (const auto o = m.integer(from.orig_key, 1, static_cast<long long>(preset_max_length)))
+    s.original_max_position_embeddings = double(*o);
+  map_scaling_extras(m, s, from);
+}
+
+// validate_rope_config(c), its message prefixed with the file, the architecture and the keys
+// each field was read from.
+inline void validate_mapped(const Mapper& m, const RopeConfig& c, const Provenance& from) {
+  try {
+    validate_rope_config(c);
+  } catch (const invalid_argument& e) {
+    std::string why = e.what();
+    if (why.rfind("peal: ", 0) == 0) why.erase(0, 6);
+    detail::fail("gguf_config: \"" + m.md.source + "\" (architecture " + m.arch +
+                 "): the RoPE configuration read from it is invalid: " + why +
+                 " [read: head_dim <- " + from.head_dim_from + ", rotary dim <- " + from.nrot_key +
+                 ", rope_theta <- " + from.base_key + ", scaling <- " + from.type_key + " \"" +
+                 from.tname + "\", factor <- " + from.factor_from +
+                 ", original_max_position_embeddings <- " + from.orig_key +
+                 ", frequency_factors <- tensor rope_freqs]");
+  }
+}
+
+// The M-RoPE sections of an MRope / IMRope config: present, no 4th (vision) section, summing
+// to n_rot / 2; sets mrope_section and mrope_interleaved.
+inline void map_sections(const Mapper& m, GgufConfig& out, const std::vector<long long>& sections,
+                         const std::string& sec_key, const Provenance& from) {
+  const long long n_rot = out.n_rot;
+  if (sections.empty())
+    m.bad(sec_key,
+          "is missing: architecture " + m.arch + " uses M-RoPE (" + to_string(out.rope_type) + ")");
+  if (sections[3] != 0)
+    m.bad(sec_key, "has a 4th section " + std::to_string(sections[3]) +
+                       " (ggml's vision RoPE): only (t, h, w) text M-RoPE is supported");
+  const long long sum = sections[0] + sections[1] + sections[2];
+  if (sum != n_rot / 2)
+    m.bad(sec_key, "sums to " + std::to_string(sum) + ", expected n_rot / 2 = " +
+                       std::to_string(n_rot / 2) + " (" + from.nrot_key + ")");
+  RopeScaling& s = out.rope.scaling;
+  s.mrope_section = {int(sections[0]), int(sections[1]), int(sections[2])};
+  s.mrope_interleaved = out.rope_type == GgufRopeType::IMRope;
+}
+
 }  // namespace gguf
 }  // namespace detail
 
@@ -1027,166 +554,39 @@ inline GgufConfig rope_config_from_gguf(const GgufMetadata& md) {
   for (const auto& kv : md.kv) out.metadata.emplace(kv.first, kv.second.text());
 
   g::Mapper m{md, std::string()};
-  const std::optional<std::string> arch = m.string("general.architecture");
-  if (!arch) m.bad("general.architecture", "is missing (required by docs/gguf.md)");
-  out.architecture = *arch;
-  m.arch = *arch;
-  const std::optional<GgufRopeType> rt = gguf_rope_type(*arch);
-  if (!rt)
-    m.bad("general.architecture", "is \"" + *arch +
-                                      "\", an architecture whose RoPE type is not known (known: " +
-                                      g::known_architectures() + ")");
-  out.rope_type = *rt;
-
-  const long long max_len = static_cast<long long>(preset_max_length);
-  if (const auto cl = m.integer(m.k("context_length"), 0, std::numeric_limits<int>::max()))
-    out.context_length = static_cast<int>(*cl);
-  if (const auto ab = m.number(m.k("attention.max_alibi_bias"))) {
-    if (!std::isfinite(*ab)) m.bad(m.k("attention.max_alibi_bias"), "must be finite");
-    out.max_alibi_bias = *ab;
-  }
-
-  // head_dim: key_length, else embedding_length / head_count.
-  const std::string key_len = m.k("attention.key_length");
-  std::optional<long long> head_dim = m.per_layer(key_len, 0, preset_max_head_dim);
-  std::string head_dim_from = key_len;
-  if (!head_dim || *head_dim == 0) {
-    const auto embd = m.integer(m.k("embedding_length"), 0, std::numeric_limits<int>::max());
-    const auto heads = m.per_layer(m.k("attention.head_count"), 0, std::numeric_limits<int>::max());
-    if (embd && heads && *heads > 0) {
-      head_dim = *embd / *heads;
-      head_dim_from = m.k("embedding_length") + " / " + m.k("attention.head_count") + " = " +
-                      std::to_string(*embd) + " / " + std::to_string(*heads);
-    }
-  }
-  if (head_dim && *head_dim > preset_max_head_dim)
-    m.bad(head_dim_from, "gives head_dim " + std::to_string(*head_dim) + ", more than " +
-                             std::to_string(preset_max_head_dim) + " (preset_max_head_dim)");
+  g::map_architecture(m, out);
+  g::Provenance from;
+  const std::optional<long long> head_dim = g::resolve_head_dim(m, from.head_dim_from);
   if (head_dim) out.rope.head_dim = static_cast<int>(*head_dim);
 
   // Sections (M-RoPE): decide the rope type of the conditional architectures first.
   const std::string sec_key = m.k("rope.dimension_sections");
-  const GgufValue* sec = md.find(sec_key);
-  std::vector<long long> sections;
-  if (sec) {
-    if (sec->type != GgufType::Array || !sec->loaded || sec->count == 0 || sec->count > 4)
-      m.bad(sec_key, std::string("must be an array of up to 4 integers, got ") +
-                         to_string(sec->type) + " " + sec->text());
-    for (std::size_t j = 0; j < sec->elements.size(); ++j)
-      sections.push_back(m.integer_value(sec->elements[j], sec_key + "[" + std::to_string(j) + "]",
-                                         0, preset_max_head_dim));
-    sections.resize(4, 0);
-  }
+  const std::vector<long long> sections = g::read_sections(m, sec_key);
   const bool use_sections = !sections.empty() && sections[0] > 0 && sections[1] > 0;
-  if (g::mrope_if_sections(*arch) && use_sections) out.rope_type = GgufRopeType::MRope;
+  if (g::mrope_if_sections(m.arch) && use_sections) out.rope_type = GgufRopeType::MRope;
 
   if (out.rope_type == GgufRopeType::None) return out;
 
   if (!head_dim || *head_dim <= 0)
-    m.bad(key_len, "is missing and head_dim cannot be derived (needs " + m.k("embedding_length") +
-                       " and " + m.k("attention.head_count") + " > 0)");
+    m.bad(m.k("attention.key_length"), "is missing and head_dim cannot be derived (needs " +
+                                           m.k("embedding_length") + " and " +
+                                           m.k("attention.head_count") + " > 0)");
   RopeConfig& c = out.rope;
   c.layout = out.rope_type == GgufRopeType::Norm ? Layout::Interleaved : Layout::HalfSplit;
+  from.nrot_key = m.k("rope.dimension_count");
+  out.n_rot = static_cast<int>(g::map_rotary_dim(m, c, from));
 
-  const std::string nrot_key = m.k("rope.dimension_count");
-  const long long n_rot = m.integer(nrot_key, 0, preset_max_head_dim).value_or(c.head_dim);
-  if (n_rot < 2 || n_rot % 2 != 0 || n_rot > c.head_dim)
-    m.bad(nrot_key, "is " + std::to_string(n_rot) + ": must be even, >= 2 and <= head_dim " +
-                        std::to_string(c.head_dim) + " (" + head_dim_from + ")");
-  out.n_rot = static_cast<int>(n_rot);
-  {
-    double p = double(n_rot) / double(c.head_dim);
-    while (static_cast<long long>(double(c.head_dim) * p) < n_rot) p = std::nextafter(p, 2.0);
-    c.partial_rotary_factor = p;
-  }
-
-  const std::string base_key = m.k("rope.freq_base");
-  c.rope_theta = m.number(base_key).value_or(10000.0);
+  from.base_key = m.k("rope.freq_base");
+  c.rope_theta = m.number(from.base_key).value_or(10000.0);
   if (out.context_length) c.max_position_embeddings = double(*out.context_length);
-
-  // Scaling.
-  RopeScaling& s = c.scaling;
-  const std::string type_key = m.k("rope.scaling.type");
-  const std::string factor_key = m.k("rope.scaling.factor");
-  const std::string linear_key = m.k("rope.scale_linear");
-  std::optional<double> factor = m.number(factor_key);
-  std::string factor_from = factor_key;
-  if (!factor || *factor == 0) {
-    factor = m.number(linear_key);
-    factor_from = linear_key;
-  }
-  if (factor && *factor == 0) factor.reset();  // llama.cpp: 0 means unset
-  const std::optional<std::string> type = m.string(type_key);
-  const std::string tname = type ? *type : (factor ? "linear" : "none");
-  if (tname == "none") {
-    s.type = RopeType::Default;
-  } else if (tname == "linear") {
-    s.type = factor ? RopeType::Linear : RopeType::Default;
-    s.factor = factor;
-  } else if (tname == "yarn") {
-    s.type = RopeType::Yarn;
-    s.factor = factor;
-  } else if (tname == "longrope") {
-    s.type = RopeType::LongRope;
-    s.factor = factor;
-  } else {
-    m.bad(type_key, "is \"" + tname + "\": unknown (supported: none, linear, yarn, longrope)");
-  }
-  if (factor && !std::isfinite(*factor)) m.bad(factor_from, "must be finite");
-  const std::string orig_key = m.k("rope.scaling.original_context_length");
-  if (const auto o = m.integer(orig_key, 1, max_len))
-    s.original_max_position_embeddings = double(*o);
-  if (s.type == RopeType::Yarn) {
-    s.beta_fast = m.number(m.k("rope.scaling.yarn_beta_fast"));
-    s.beta_slow = m.number(m.k("rope.scaling.yarn_beta_slow"));
-    const std::string ext_key = m.k("rope.scaling.yarn_ext_factor");
-    if (const auto ext = m.number(ext_key))
-      if (*ext != 1.0)
-        m.bad(ext_key, "is " + md.find(ext_key)->text() + ": only 1 (HF's YaRN ramp) is supported");
-    s.attention_factor = m.number(m.k("rope.scaling.yarn_attn_factor"));
-    if (!s.attention_factor) s.attention_factor = m.number(m.k("rope.scaling.attn_factor"));
-  }
-  if (s.type == RopeType::LongRope) {
-    s.attention_factor = m.number(m.k("rope.scaling.attn_factor"));
-    const std::vector<float>* lf = m.tensor("rope_factors_long");
-    const std::vector<float>* sf = m.tensor("rope_factors_short");
-    if (!lf || !sf)
-      m.bad(type_key,
-            "is \"longrope\" but the tensors rope_factors_long and "
-            "rope_factors_short are not both in the file");
-    s.long_factor = std::vector<double>(lf->begin(), lf->end());
-    s.short_factor = std::vector<double>(sf->begin(), sf->end());
-  }
+  g::map_scaling(m, c.scaling, from);
   if (const std::vector<float>* ff = m.tensor("rope_freqs"))
     c.frequency_factors.assign(ff->begin(), ff->end());
 
   // Validate: the 1-D config, then the sections.
-  try {
-    validate_rope_config(c);
-  } catch (const invalid_argument& e) {
-    std::string why = e.what();
-    if (why.rfind("peal: ", 0) == 0) why.erase(0, 6);
-    detail::fail("gguf_config: \"" + md.source + "\" (architecture " + *arch +
-                 "): the RoPE configuration read from it is invalid: " + why +
-                 " [read: head_dim <- " + head_dim_from + ", rotary dim <- " + nrot_key +
-                 ", rope_theta <- " + base_key + ", scaling <- " + type_key + " \"" + tname +
-                 "\", factor <- " + factor_from + ", original_max_position_embeddings <- " +
-                 orig_key + ", frequency_factors <- tensor rope_freqs]");
-  }
-  if (out.rope_type == GgufRopeType::MRope || out.rope_type == GgufRopeType::IMRope) {
-    if (sections.empty())
-      m.bad(sec_key, "is missing: architecture " + *arch + " uses M-RoPE (" +
-                         to_string(out.rope_type) + ")");
-    if (sections[3] != 0)
-      m.bad(sec_key, "has a 4th section " + std::to_string(sections[3]) +
-                         " (ggml's vision RoPE): only (t, h, w) text M-RoPE is supported");
-    const long long sum = sections[0] + sections[1] + sections[2];
-    if (sum != n_rot / 2)
-      m.bad(sec_key, "sums to " + std::to_string(sum) + ", expected n_rot / 2 = " +
-                         std::to_string(n_rot / 2) + " (" + nrot_key + ")");
-    s.mrope_section = {int(sections[0]), int(sections[1]), int(sections[2])};
-    s.mrope_interleaved = out.rope_type == GgufRopeType::IMRope;
-  }
+  g::validate_mapped(m, c, from);
+  if (out.rope_type == GgufRopeType::MRope || out.rope_type == GgufRopeType::IMRope)
+    g::map_sections(m, out, sections, sec_key, from);
   return out;
 }
 

@@ -1,6 +1,7 @@
-// libFuzzer target over GGUF reading (include/peal/gguf_config.hpp); the seed corpus
+// libFuzzer target over GGUF reading (include/peal/gguf.hpp, the file format) and its mapping
+// to a RopeConfig (include/peal/gguf_config.hpp), run by scripts/fuzz.sh; the seed corpus
 // tests/fuzz/corpus_gguf_config/ is written by tests/fuzz/gen_gguf_corpus.cpp, and is
-// replayed without libFuzzer by tests/fuzz/replay_main.cpp:
+// replayed without libFuzzer by tests/fuzz/replay_main.cpp (ctest fuzz_gguf_corpus_replay):
 //
 //   bytes -> gguf_metadata_from_bytes, and the same bytes through gguf_metadata_from_stream
 //         -> rope_config_from_gguf -> rope<double>(config without M-RoPE sections, seq_len)
