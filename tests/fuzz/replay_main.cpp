@@ -1,8 +1,9 @@
 // Replays a libFuzzer corpus without libFuzzer: feeds every regular file of the directories
 // (or the files) given on the command line to LLVMFuzzerTestOneInput, in name order. The
 // target abort()s on a failure, so reaching the end means every input passed. Built by
-// tests/CMakeLists.txt as peal_fuzz_replay (ctest fuzz_corpus_replay); scripts/fuzz.sh
-// builds the same target with libFuzzer instead.
+// tests/CMakeLists.txt with fuzz_rope_config.cpp as peal_fuzz_replay (ctest
+// fuzz_corpus_replay) and with fuzz_gguf_config.cpp as peal_fuzz_gguf_replay (ctest
+// fuzz_gguf_corpus_replay); scripts/fuzz.sh builds the same targets with libFuzzer instead.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
