@@ -198,6 +198,35 @@ TEST_CASE("per_head: RoPE-Mixed (per-head 2-D frequencies) through scores and at
   });
 }
 
+TEST_CASE("scores_nd: growth and decay over points, rebased by one anchor", "[scores_nd]") {
+  // Per-axis decaying rotations and real decays (a 2-D "RetNet" over (time, row)), at points
+  // near 1.7e9 on the time axis: encoded at p - p0, the factors stay in range.
+  using B = peal::Bank<peal::RotationBlock<float>>;
+  using BL = peal::Bank<peal::RotationBlock<long double>>;
+  std::vector<peal::RotationBlock<float>> t_axis, h_axis;
+  std::vector<peal::RotationBlock<long double>> t_l, h_l;
+  for (int j = 0; j < 16; ++j) {
+    const long double w = std::pow(1e4L, -j / 16.0L);
+    const double a = j % 2 ? -0.03 : -0.01, b = j % 3 ? -0.02 : 0.0;
+    t_axis.emplace_back(w, float(a));
+    h_axis.emplace_back(j % 4 == 0 ? 0.0L : w / 2, float(b));
+    t_l.emplace_back(w, (long double)float(a));
+    h_l.emplace_back(j % 4 == 0 ? 0.0L : w / 2, (long double)float(b));
+  }
+  const peal::MultiAxis<B> enc({B(t_axis), B(h_axis)});
+  const peal::MultiAxis<BL> el({BL(t_l), BL(h_l)});
+  const Index n = 24;
+  std::vector<double> p;
+  for (Index i = 0; i < n; ++i) p.insert(p.end(), {1.7e9 + 3.0 * double(i), double(i % 5) - 2});
+  const Batch b(n, n, 2, 1, 32, 41);
+  const peal::PositionsND P(p, 2);
+  for (bool causal : {false, true})
+    check_kernels(enc, b, P, P, causal, [&](Index h, Index i, Index j) {
+      return el.score(b.row(b.q, i, 2, h), std::vector<double>{p[std::size_t(2 * i)], p[std::size_t(2 * i + 1)]},
+                      b.row(b.k, j, 1, 0), std::vector<double>{p[std::size_t(2 * j)], p[std::size_t(2 * j + 1)]});
+    });
+}
+
 TEST_CASE("scores_nd / per_head: bad input", "[scores_nd][per_head][errors]") {
   const auto heads = peal::retnet<float>(8, 2);
   const peal::PerHead<std::decay_t<decltype(heads[0])>> ph(heads);
@@ -209,16 +238,28 @@ TEST_CASE("scores_nd / per_head: bad input", "[scores_nd][per_head][errors]") {
                       Catch::Contains("q has 3 heads, the per-head encoding 2"));
   REQUIRE_THROWS_WITH(peal::encode_queries(ph, peal::TensorView<float>(o.data(), 3, 3, 8), t),
                       Catch::Contains("3 heads, the per-head encoding 2"));
-  // N-D: growth refused, ALiBi refused.
+  // N-D: points spread too far for the decay, keys_encoded with decay, Jordan chains, ALiBi.
   using B = peal::Bank<peal::RotationBlock<float>>;
   std::vector<peal::RotationBlock<float>> blk(4, peal::RotationBlock<float>(0.5L, -0.1f));
   const peal::MultiAxis<B> decay({B(blk), B(blk)});
-  std::vector<double> p(6, 1.0);
+  std::vector<double> p = {0, 0, 500, 0, 1000, 0};
   const peal::PositionsND P(p, 2);
   const peal::TensorView<const float> q(x.data(), 3, 1, 8);
   std::vector<double> s1(9);
+  std::vector<float> o1(24);
   REQUIRE_THROWS_WITH(peal::scores(decay, q, P, q, P, peal::TensorView<double>(s1.data(), 1, 3, 3)),
-                      Catch::Contains("pure rotation"));
+                      Catch::Contains("spread too far"));
+  p = {0, 0, 1, 0, 2, 0};
+  peal::AttentionOptions enc_keys;
+  enc_keys.keys_encoded = true;
+  REQUIRE_THROWS_WITH(peal::attention(decay, q, P, q, P, q, peal::TensorView<float>(o1.data(), 3, 1, 8),
+                                      enc_keys),
+                      Catch::Contains("keys_encoded needs a pure rotation"));
+  using J = peal::Bank<peal::JordanBlock<2, float>>;
+  const std::vector<peal::JordanBlock<2, float>> jb(4, peal::JordanBlock<2, float>(0.0f));
+  const peal::MultiAxis<J> jordan({J(jb), J(jb)});
+  REQUIRE_THROWS_WITH(peal::scores(jordan, q, P, q, P, peal::TensorView<double>(s1.data(), 1, 3, 3)),
+                      Catch::Contains("Jordan chain"));
   const auto axial = peal::rope_axial_2d<float>(8);
   peal::ScoreOptions so;
   so.alibi_slopes = {0.5};
