@@ -184,9 +184,9 @@ const char* band(const peal::RopeConfig& c, double seq_len, long double factor) 
     case peal::RopeType::Linear:
     case peal::RopeType::Yarn:
     case peal::RopeType::Llama3: {
-      const long double F = s.factor ? *s.factor
-                                     : *c.max_position_embeddings /
-                                           *s.original_max_position_embeddings;  // yarn only
+      const long double F =
+          s.factor ? *s.factor
+                   : *c.max_position_embeddings / *s.original_max_position_embeddings;  // yarn only
       if (same(factor, 1)) return "kept";
       if (same(factor, F)) return "scaled";
       return "interpolated";
@@ -243,12 +243,14 @@ int inspect(const Args& a) {
   const std::string name = a.path.empty() ? "(built-in Llama 3.1 config)" : a.path;
   if (!a.path.empty() && is_gguf(a.path)) {
     const peal::GgufConfig g = peal::rope_config_from_gguf(a.path);
-    std::printf("file                                 %s (GGUF v%u, architecture %s, llama.cpp "
-                "rope type %s)\n",
-                name.c_str(), g.version, g.architecture.c_str(), peal::to_string(g.rope_type));
+    std::printf(
+        "file                                 %s (GGUF v%u, architecture %s, llama.cpp "
+        "rope type %s)\n",
+        name.c_str(), g.version, g.architecture.c_str(), peal::to_string(g.rope_type));
     if (g.rope_type == peal::GgufRopeType::None) {
       std::printf("no rotary position encoding");
-      if (g.max_alibi_bias) std::printf(" (ALiBi, max_alibi_bias %s)", num(*g.max_alibi_bias).c_str());
+      if (g.max_alibi_bias)
+        std::printf(" (ALiBi, max_alibi_bias %s)", num(*g.max_alibi_bias).c_str());
       std::printf("\n");
       return 0;
     }
@@ -262,9 +264,10 @@ int inspect(const Args& a) {
   }
 
   const int D = peal::rope_rotary_dim(cfg), half = D / 2;
-  const double seq_len = a.seq_len ? *a.seq_len
-                                   : cfg.max_position_embeddings ? *cfg.max_position_embeddings
-                                                                 : context ? *context : 0;
+  const double seq_len = a.seq_len                     ? *a.seq_len
+                         : cfg.max_position_embeddings ? *cfg.max_position_embeddings
+                         : context                     ? *context
+                                                       : 0;
   std::printf("head_dim                             %d\n", cfg.head_dim);
   std::printf("rotary_dim                           %d (partial_rotary_factor %s)\n", D,
               num(cfg.partial_rotary_factor).c_str());
@@ -316,7 +319,9 @@ int inspect(const Args& a) {
     trained = *context;
     trained_from = "context_length";
   }
-  if (trained > 0) std::printf("trained context                      %s (%s)\n", num(trained).c_str(), trained_from);
+  if (trained > 0)
+    std::printf("trained context                      %s (%s)\n", num(trained).c_str(),
+                trained_from);
 
   const long double two_pi = 2 * std::acos(-1.0L);
   std::printf("\n%4s %24s %24s %16s  %s%s\n", "pair", "omega_i", "wavelength", "factor", "band",
@@ -338,17 +343,19 @@ int inspect(const Args& a) {
   int warnings = 0;
   if (longer > 0) {
     ++warnings;
-    std::printf("warning: %d of %d pairs (the first: pair %d) have a wavelength longer than the "
-                "trained context %s: they never complete a turn within it, so angles past it "
-                "were never seen in training\n",
-                longer, half, first_longer, num(trained).c_str());
+    std::printf(
+        "warning: %d of %d pairs (the first: pair %d) have a wavelength longer than the "
+        "trained context %s: they never complete a turn within it, so angles past it "
+        "were never seen in training\n",
+        longer, half, first_longer, num(trained).c_str());
   }
   const double exact = cfg.head_dim * cfg.partial_rotary_factor;
   if (exact != double(D)) {
     ++warnings;
-    std::printf("warning: head_dim * partial_rotary_factor = %s is not an integer: rotary_dim is "
-                "its truncation %d (as HF's int())\n",
-                num(exact).c_str(), D);
+    std::printf(
+        "warning: head_dim * partial_rotary_factor = %s is not an integer: rotary_dim is "
+        "its truncation %d (as HF's int())\n",
+        num(exact).c_str(), D);
   }
   if (D < cfg.head_dim)
     std::printf("note: coordinates %d .. %d pass through unrotated\n", D, cfg.head_dim - 1);

@@ -96,13 +96,14 @@ int scores() {
   std::normal_distribution<double> n01(0.0, 1.0);
   Eigen::VectorXd q(d + 3);
   for (int i = 0; i < d + 3; ++i) q(i) = n01(rng);
-  q.head(d).normalize();  // |q_rope| = 1: every 128-dim curve starts at 1
+  q.head(d).normalize();                 // |q_rope| = 1: every 128-dim curve starts at 1
   q.tail(3) *= 0.25 / q.tail(3).norm();  // a smaller Jordan part: its tau^2 term peaks
 
   const Eigen::VectorXd qd = q.head(d);
   Table& qt = table("scores_q.dat");
-  qt.comment("the random vector q = k of scores.dat: index, value (0..127 the head, 128..130"
-             " the JordanBlock<3> part)");
+  qt.comment(
+      "the random vector q = k of scores.dat: index, value (0..127 the head, 128..130"
+      " the JordanBlock<3> part)");
   for (int i = 0; i < d + 3; ++i) qt.row(i, q(i));
 
   peal::RopeConfig cfg;
@@ -125,13 +126,11 @@ int scores() {
   double worst = 0;
   for (int i = 0; i <= 256; ++i) {
     const double dist = 2.0 * i, s0 = 1000.0, t0 = s0 + dist;
-    const double alibi_j =
-        plain_alibi.score(al.augment_query(qd), t0, al.augment_key(qd), s0);
+    const double alibi_j = plain_alibi.score(al.augment_query(qd), t0, al.augment_key(qd), s0);
     const double alibi_b = qd.dot(qd) + peal::alibi_bias(m, t0, s0);
     worst = std::max(worst, std::abs(alibi_j - alibi_b));
-    s.row(dist, rope.score(qd, t0, qd, s0), xp.score(qd, t0, qd, s0),
-          ret[0].score(qd, t0, qd, s0), ret[1].score(qd, t0, qd, s0), alibi_j, alibi_b,
-          jordan.score(q, t0, q, s0));
+    s.row(dist, rope.score(qd, t0, qd, s0), xp.score(qd, t0, qd, s0), ret[0].score(qd, t0, qd, s0),
+          ret[1].score(qd, t0, qd, s0), alibi_j, alibi_b, jordan.score(q, t0, q, s0));
   }
   std::printf("scores: ALiBi Jordan form vs bias, worst |difference| %.3g\n", worst);
   return worst < 1e-12 ? 0 : 1;
@@ -183,14 +182,14 @@ void wavelengths() {
 
   Table& t = table("wavelengths.dat");
   t.comment("wavelength 2 pi / omega_i (tokens) of a head d = 128, theta = 5e5, trained 8192");
-  t.comment("columns: i default linear(8) dynamic(8, seq 16384) yarn(8) llama3(8, 1, 4) "
-            "longrope(illustrative long_factor, seq 65536) long_factor_i");
+  t.comment(
+      "columns: i default linear(8) dynamic(8, seq 16384) yarn(8) llama3(8, 1, 4) "
+      "longrope(illustrative long_factor, seq 65536) long_factor_i");
   const long double two_pi = 2.0L * std::acos(-1.0L);
   const auto lf = illustrative_long_factor(64);
   for (std::size_t i = 0; i < w_def.size(); ++i)
     t.row(i, double(two_pi / w_def[i]), double(two_pi / w_lin[i]), double(two_pi / w_dyn[i]),
-          double(two_pi / w_yarn[i]), double(two_pi / w_l3[i]), double(two_pi / w_long[i]),
-          lf[i]);
+          double(two_pi / w_yarn[i]), double(two_pi / w_l3[i]), double(two_pi / w_long[i]), lf[i]);
 }
 
 // ---- 4. Accuracy against position ----------------------------------------------------------
@@ -211,8 +210,9 @@ void accuracy() {
 
   Table& t = table("accuracy.dat");
   t.comment("relative error |q~ - q~_ref| / |q| of RoPE (d 128, theta 1e4, float q) at t;");
-  t.comment("reference: long double angles omega_i t and cosl/sinl; columns: t peal "
-            "float32_angle (theta.t formed in float, cosf/sinf)");
+  t.comment(
+      "reference: long double angles omega_i t and cosl/sinl; columns: t peal "
+      "float32_angle (theta.t formed in float, cosf/sinf)");
   for (int k = 0; k < 64; ++k) {
     const double pos = std::exp2(40.0 * k / 63);  // 1 .. 2^40
     Eigen::VectorXf q = Eigen::Map<const Eigen::VectorXf>(q0.data(), d);
@@ -248,8 +248,9 @@ void mrope_axes() {
   const auto a2 = peal::mrope<double>(q2).pair_axis();
   const auto a3 = peal::mrope<double>(q3).pair_axis();
   Table& t = table("mrope.dat");
-  t.comment("axis (0 t, 1 h, 2 w) of pair j: j qwen2vl([16,24,24]) qwen3vl([24,20,20] "
-            "interleaved)");
+  t.comment(
+      "axis (0 t, 1 h, 2 w) of pair j: j qwen2vl([16,24,24]) qwen3vl([24,20,20] "
+      "interleaved)");
   for (std::size_t j = 0; j < a2.size(); ++j) t.row(j, a2[j], a3[j]);
 }
 

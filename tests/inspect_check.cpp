@@ -7,8 +7,8 @@
 //
 // Configs: Llama 3.1 (llama3), Qwen2-7B with YaRN (factor 4), Phi-3-mini-128k-style LongRoPE
 // (head_dim 96; the factor lists are illustrative, not the model's), a Qwen2-VL GGUF file
-// (detected by its magic; M-RoPE axes), and broken configs that must fail naming the key
-// and the file.
+// (detected by its magic; M-RoPE axes), a BLOOM GGUF (no RoPE), and broken configs that must fail
+// naming the key and the file.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -115,7 +115,8 @@ std::string value(const std::string& out, const std::string& label) {
 const long double kPi = std::acos(-1.0L);
 
 // Compares the table with rope_frequencies(config, seq_len): omega printed with 18 digits,
-// the factor with 12 decimals (printing error 5e-13). `bands(i, wavelength_default)` gives the expected band.
+// the factor with 12 decimals (printing error 5e-13). `bands(i, wavelength_default)` gives the
+// expected band.
 template <class Bands>
 void check_table(const std::string& tag, const std::string& out, const peal::RopeConfig& c,
                  double seq_len, Bands bands) {
@@ -248,12 +249,12 @@ void phi3_longrope() {
     sf[std::size_t(i)] = 1.0 + 0.05 * i / 47;
     lf[std::size_t(i)] = 1.0 + 30.0 * std::pow(i / 47.0, 2);
   }
-  const std::string path = write(
-      "phi3.json", std::string(R"({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+  const std::string path =
+      write("phi3.json", std::string(R"({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
     "hidden_size": 3072, "num_attention_heads": 32, "max_position_embeddings": 131072,
     "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
     "rope_scaling": {"type": "longrope", "short_factor": )") +
-                       list(sf) + R"(, "long_factor": )" + list(lf) + "}}");
+                             list(sf) + R"(, "long_factor": )" + list(lf) + "}}");
   peal::RopeConfig c;
   c.head_dim = 96;
   c.rope_theta = 1e4;
@@ -309,6 +310,21 @@ void gguf_qwen2vl() {
          "qwen2vl gguf: sections");
 }
 
+void gguf_alibi() {  // an architecture without RoPE (llama.cpp's LLAMA_ROPE_TYPE_NONE)
+  peal_test::GgufBuilder g;
+  g.str("general.architecture", "bloom");
+  g.u32("bloom.context_length", 2048);
+  g.u32("bloom.embedding_length", 1024);
+  g.u32("bloom.attention.head_count", 16);
+  g.f32("bloom.attention.max_alibi_bias", 8.0f);
+  const std::string path = g_dir + "/bloom.gguf";
+  peal_test::write_file(path, g.bytes());
+  const Run r = run("\"" + path + "\"", "bloom");
+  expect(r.status == 0, "bloom gguf: exit status " + std::to_string(r.status) + ": " + r.err);
+  expect(contains(r.out, "no rotary position encoding (ALiBi, max_alibi_bias 8)"),
+         "bloom gguf: " + r.out);
+}
+
 void errors() {
   // A missing required key: the message names the key and the file.
   const std::string p1 = write("missing.json", R"({"hidden_size": 4096, "num_attention_heads": 32,
@@ -360,11 +376,11 @@ int main(int argc, char** argv) {
     qwen2_yarn();
     phi3_longrope();
     gguf_qwen2vl();
+    gguf_alibi();
     errors();
   } catch (const std::exception& e) {
     fail(std::string("exception: ") + e.what());
   }
-  std::printf(g_failures ? "%d check(s) FAILED\n" : "all peal_inspect checks passed\n",
-              g_failures);
+  std::printf(g_failures ? "%d check(s) FAILED\n" : "all peal_inspect checks passed\n", g_failures);
   return g_failures ? 1 : 0;
 }

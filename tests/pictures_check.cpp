@@ -98,8 +98,8 @@ void check_blocks() {
     const long double tau = j[i][0];
     const long double want[] = {1, tau, 1, tau, tau * tau / 2};
     for (int c = 0; c < 5; ++c)
-      near(at("blocks_jordan.dat", i) + " column " + std::to_string(c + 2), j[i][std::size_t(c + 1)],
-           want[c], kTol);
+      near(at("blocks_jordan.dat", i) + " column " + std::to_string(c + 2),
+           j[i][std::size_t(c + 1)], want[c], kTol);
   }
   const Rows k = load("blocks_rotation_jordan.dat", 301, 5);
   for (std::size_t i = 0; i < k.size(); ++i) {
@@ -129,8 +129,8 @@ void check_scores() {
     for (int i = 0; i < n; ++i) {
       const long double w = std::pow(1e4L, -2.0L * i / 128);
       // RoPE, half-split pairs (i, i + 64); xPos and RetNet interleaved (2i, 2i + 1).
-      const long double half = q[std::size_t(i)] * q[std::size_t(i)] +
-                               q[std::size_t(i + n)] * q[std::size_t(i + n)];
+      const long double half =
+          q[std::size_t(i)] * q[std::size_t(i)] + q[std::size_t(i + n)] * q[std::size_t(i + n)];
       const long double inter = q[std::size_t(2 * i)] * q[std::size_t(2 * i)] +
                                 q[std::size_t(2 * i + 1)] * q[std::size_t(2 * i + 1)];
       rope += half * std::cos(w * D);
@@ -149,8 +149,8 @@ void check_scores() {
     near(at("scores.dat", r) + " ALiBi Jordan form == bias", s[r][5], s[r][6], 1e-11L);
     // compose(rope, JordanBlock<3>{-1/16}): q_J^T e^{lambda D}(I + D N + D^2 N^2 / 2) q_J.
     const long double a = q[128], b = q[129], c = q[130];
-    const long double jordan = std::exp(-D / 16) * (a * a + b * b + c * c + D * (a * b + b * c) +
-                                                    D * D / 2 * a * c);
+    const long double jordan =
+        std::exp(-D / 16) * (a * a + b * b + c * c + D * (a * b + b * c) + D * D / 2 * a * c);
     near(at("scores.dat", r) + " RoPE + JordanBlock<3>", s[r][7], rope + jordan, kTol);
   }
 }
@@ -171,7 +171,8 @@ void check_wavelengths() {
   const auto corr = [&](long double r) {
     return 128 * std::log(L0 / (r * 2 * kPi)) / (2 * std::log(theta));
   };
-  const long double lo = std::max(0.0L, std::floor(corr(32))), hi = std::min(127.0L, std::ceil(corr(1)));
+  const long double lo = std::max(0.0L, std::floor(corr(32))),
+                    hi = std::min(127.0L, std::ceil(corr(1)));
   const auto lf = long_factor();
   const long double dyn_base = theta * std::pow(F * 2 - (F - 1), 128.0L / 126);
   for (std::size_t i = 0; i < w.size(); ++i) {
@@ -257,7 +258,6 @@ int main(int argc, char** argv) {
   check_wavelengths();
   check_accuracy();
   check_mrope();
-  std::printf(g_failures ? "%d check(s) FAILED\n" : "all picture data checks passed\n",
-              g_failures);
+  std::printf(g_failures ? "%d check(s) FAILED\n" : "all picture data checks passed\n", g_failures);
   return g_failures ? 1 : 0;
 }
