@@ -396,8 +396,7 @@ class RotationBankKernel {
         continue;
       }
       double* PEAL_RESTRICT t = tmp_.data();
-      for (int k = 0; k < m; ++k) t[k] = 0;
-      angles_reduced_add(ax.hi.data(), ax.lo.data(), pa, m, t);
+      angles_reduced(ax.hi.data(), ax.lo.data(), pa, m, t);
       for (int k = 0; k < m; ++k) r[ax.idx[std::size_t(k)]] += t[k];
     }
     for (int i = 0; i < n_; ++i) sincos_reduced(r[i], sd_[std::size_t(i)], cd_[std::size_t(i)]);

@@ -76,7 +76,7 @@ inline void sincos_reduced(double r, double& s, double& c) {
   c = cos_x * cq - sin_x * sq;
 }
 
-/// r[i] += (w_hi[i] + w_lo[i]) t reduced mod 2π into [-π, π]: the reduction of
+/// r[i] (+)= (w_hi[i] + w_lo[i]) t reduced mod 2π into [-π, π]: the reduction of
 /// angles_sincos, and the per-axis terms of an N-D angle ω·p = Σ_a ω_a p_a (each reduced
 /// exactly, accumulated: |r| stays ≤ D π, well inside sincos_reduced's range). The path is
 /// chosen once per call (t is shared): the Cody–Waite path when fast_path_bound(w_hi_i,
@@ -85,21 +85,40 @@ inline void sincos_reduced(double r, double& s, double& c) {
 /// are ORs of flags (a max over i does not vectorize without -ffast-math); the second is only
 /// evaluated when the first fails. A NaN or infinite t, a NaN w_hi or 0·Inf fail both and
 /// come out NaN (so does a NaN w_lo).
-inline void angles_reduced_add(const double* w_hi, const double* w_lo, double t, int n,
-                               double* PEAL_RESTRICT r) {
+template <bool Add>
+inline void angles_reduced_impl(const double* w_hi, const double* w_lo, double t, int n,
+                                double* PEAL_RESTRICT r) {
   const double abs_t = fast_path_t(t);
   int not_cw = 0, not_turns = 0;
   for (int i = 0; i < n; ++i) not_cw |= !(fast_path_bound(w_hi[i], w_lo[i], abs_t) <= cody_waite_limit);
   if (!not_cw) {
-    for (int i = 0; i < n; ++i) r[i] += reduced_angle_cody_waite(w_hi[i], w_lo[i], t);
+    for (int i = 0; i < n; ++i) {
+      const double x = reduced_angle_cody_waite(w_hi[i], w_lo[i], t);
+      r[i] = Add ? r[i] + x : x;
+    }
     return;
   }
   for (int i = 0; i < n; ++i) not_turns |= !(fast_path_bound(w_hi[i], w_lo[i], abs_t) <= turns_limit);
   if (!not_turns) {
-    for (int i = 0; i < n; ++i) r[i] += reduced_angle_turns(w_hi[i], w_lo[i], t);
+    for (int i = 0; i < n; ++i) {
+      const double x = reduced_angle_turns(w_hi[i], w_lo[i], t);
+      r[i] = Add ? r[i] + x : x;
+    }
     return;
   }
-  for (int i = 0; i < n; ++i) r[i] += reduced_angle(w_hi[i], w_lo[i], t);
+  for (int i = 0; i < n; ++i) {
+    const double x = reduced_angle(w_hi[i], w_lo[i], t);
+    r[i] = Add ? r[i] + x : x;
+  }
+}
+/// r[i] = (w_hi[i] + w_lo[i]) t reduced mod 2π (above).
+inline void angles_reduced(const double* w_hi, const double* w_lo, double t, int n, double* r) {
+  angles_reduced_impl<false>(w_hi, w_lo, t, n, r);
+}
+/// r[i] += the same: the per-axis terms of an N-D angle.
+inline void angles_reduced_add(const double* w_hi, const double* w_lo, double t, int n,
+                               double* r) {
+  angles_reduced_impl<true>(w_hi, w_lo, t, n, r);
 }
 
 /// Body of angles_sincos for one output type.
@@ -112,8 +131,7 @@ inline void angles_sincos_impl(const double* w_hi, const double* w_lo, double t,
   double r[chunk];
   for (int i0 = 0; i0 < n; i0 += chunk) {
     const int m = n - i0 < chunk ? n - i0 : chunk;
-    for (int i = 0; i < m; ++i) r[i] = 0;
-    angles_reduced_add(w_hi + i0, w_lo + i0, t, m, r);
+    angles_reduced(w_hi + i0, w_lo + i0, t, m, r);
     for (int i = 0; i < m; ++i) {
       double si, ci;
       sincos_reduced(r[i], si, ci);
