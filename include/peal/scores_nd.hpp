@@ -83,8 +83,9 @@ Anchored anchor(const E& enc, const PositionsND& pq, Index nq, const PositionsND
                               "as G(p) k grow or decay with p)");
   for (int a = 0; a < D; ++a) {
     double l = INFINITY, h = -INFINITY;
-    for (Index i = 0; i < nq; ++i) l = std::min(l, pq(pq.is_constant() ? 0 : i, a)), h = std::max(h, pq(pq.is_constant() ? 0 : i, a));
-    for (Index j = 0; j < nk; ++j) l = std::min(l, pk(pk.is_constant() ? 0 : j, a)), h = std::max(h, pk(pk.is_constant() ? 0 : j, a));
+    // (a constant PositionsND has token stride 0: every index reads its one point)
+    for (Index i = 0; i < nq; ++i) l = std::min(l, pq(i, a)), h = std::max(h, pq(i, a));
+    for (Index j = 0; j < nk; ++j) l = std::min(l, pk(j, a)), h = std::max(h, pk(j, a));
     lo[std::size_t(a)] = l;
     hi[std::size_t(a)] = h;
     spread += rate[std::size_t(a)] * (0.5 * h - 0.5 * l);
@@ -100,8 +101,8 @@ Anchored anchor(const E& enc, const PositionsND& pq, Index nq, const PositionsND
   out.k.resize(std::size_t(nk) * std::size_t(D));
   for (int a = 0; a < D; ++a) {
     const double p0 = 0.5 * lo[std::size_t(a)] + 0.5 * hi[std::size_t(a)];
-    for (Index i = 0; i < nq; ++i) out.q[std::size_t(i * D + a)] = pq(pq.is_constant() ? 0 : i, a) - p0;
-    for (Index j = 0; j < nk; ++j) out.k[std::size_t(j * D + a)] = pk(pk.is_constant() ? 0 : j, a) - p0;
+    for (Index i = 0; i < nq; ++i) out.q[std::size_t(i * D + a)] = pq(i, a) - p0;
+    for (Index j = 0; j < nk; ++j) out.k[std::size_t(j * D + a)] = pk(j, a) - p0;
   }
   return out;
 }
@@ -136,8 +137,8 @@ struct Encoded {
 }  // namespace scores_nd
 }  // namespace detail
 
-/// out[h, i, j] = scale q_iᵀ A(p_i − p'_j) k_j over points (a pure-rotation MultiAxis);
-/// causal by token order (header comment). Extents and options as the 1-D scores().
+/// out[h, i, j] = scale q_iᵀ A(p_i − p'_j) k_j over points (a MultiAxis without Jordan
+/// chains; growth rebased by one anchor); causal by token order (header comment). Extents and options as the 1-D scores().
 template <class E, class Tq, class Tk, class Out>
 void scores(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView<Tk> k,
             const PositionsND& pk, TensorView<Out> out, const ScoreOptions& opt = {}) {
@@ -153,7 +154,7 @@ void scores(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView<Tk
          Positions::sequence(0.0), out, opt);
 }
 
-/// Softmax attention over points (a pure-rotation MultiAxis): out = softmax(scale S) V with
+/// Softmax attention over points (a MultiAxis without Jordan chains): out = softmax(scale S) V with
 /// S_ij = q_iᵀ A(p_i − p'_j) k_j; masks by token order (header comment). With
 /// opt.keys_encoded the keys hold G(p'_j) k_j already (a KV cache encoded once).
 template <class E, class Tq, class Tk, class Tv, class To>
