@@ -20,6 +20,7 @@
 
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bank.hpp"
@@ -70,14 +71,8 @@ class MRopeEncoding : public MultiAxis<BlockDiagonal<Bank<RotationBlock<S>>, Pas
 
   MRopeEncoding(const RopeFrequencies& f, int head_dim, Layout layout,
                 const std::vector<int>& sections, bool interleaved)
-      : Base(make_axes(f, head_dim, layout, mrope_pair_axes(sections, interleaved,
-                                                            int(f.inv_freq.size())))),
-        inv_freq_(f.inv_freq),
-        pair_axis_(mrope_pair_axes(sections, interleaved, int(f.inv_freq.size()))),
-        sections_(sections),
-        interleaved_(interleaved),
-        attention_factor_(f.attention_factor),
-        rotary_dim_(f.rotary_dim) {}
+      : MRopeEncoding(f, head_dim, layout, sections, interleaved,
+                      checked_axes(f, head_dim, sections, interleaved)) {}
 
   const Base& encoding() const { return *this; }
   int head_dim() const { return this->dim(); }
@@ -91,10 +86,23 @@ class MRopeEncoding : public MultiAxis<BlockDiagonal<Bank<RotationBlock<S>>, Pas
   Real attention_factor() const { return static_cast<Real>(attention_factor_); }
 
  private:
+  MRopeEncoding(const RopeFrequencies& f, int head_dim, Layout layout,
+                const std::vector<int>& sections, bool interleaved, std::vector<int> axis)
+      : Base(make_axes(f, head_dim, layout, axis)),
+        inv_freq_(f.inv_freq),
+        pair_axis_(std::move(axis)),
+        sections_(sections),
+        interleaved_(interleaved),
+        attention_factor_(f.attention_factor),
+        rotary_dim_(f.rotary_dim) {}
+  // The frequencies checked as RopeEncoding checks them, then the axis of every pair.
+  static std::vector<int> checked_axes(const RopeFrequencies& f, int head_dim,
+                                       const std::vector<int>& sections, bool interleaved) {
+    detail::check_rope_frequencies(f, head_dim, "MRopeEncoding");
+    return mrope_pair_axes(sections, interleaved, int(f.inv_freq.size()));
+  }
   static std::vector<Axis> make_axes(const RopeFrequencies& f, int head_dim, Layout layout,
                                      const std::vector<int>& axis) {
-    // Validated like RopeEncoding (sizes, frequency range) by building one first.
-    const RopeEncoding<S> whole(f, head_dim, layout, RopeType::Default);
     std::vector<Axis> axes;
     for (int a = 0; a < 3; ++a) {
       std::vector<RotationBlock<S>> blocks;

@@ -537,6 +537,24 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
 }  // namespace rope_impl
 }  // namespace detail
 
+namespace detail {
+/// Throws unless frequencies given to a preset class are usable (sizes, every frequency in
+/// the accepted range, a finite attention factor > 0); `what` names the class.
+inline void check_rope_frequencies(const RopeFrequencies& f, int head_dim, const char* what) {
+  require_preset_head_dim(head_dim, what);
+  const std::size_t n = f.inv_freq.size();
+  if (f.rotary_dim < 2 || f.rotary_dim % 2 != 0 || f.rotary_dim > head_dim ||
+      std::size_t(f.rotary_dim / 2) != n)
+    fail(std::string(what) + ": rotary_dim " + std::to_string(f.rotary_dim) +
+         " must be even, >= 2, <= head_dim " + std::to_string(head_dim) +
+         " and twice the number of frequencies " + std::to_string(n));
+  if (!std::isfinite(f.attention_factor) || !(f.attention_factor > 0))
+    fail(std::string(what) + ": attention_factor must be finite and > 0, got " +
+         rope_impl::num(f.attention_factor));
+  for (std::size_t i = 0; i < n; ++i) require_preset_frequency(f.inv_freq[i], i, what);
+}
+}  // namespace detail
+
 /// A RoPE preset: BlockDiagonal(Bank<RotationBlock<S>> on the first rotary_dim()
 /// coordinates, PassThrough<S> on the rest) plus what HF applies outside A(tau): the
 /// attention factor. Everything an encoding offers (A, F, G, encode_query, encode_key,
@@ -578,18 +596,7 @@ class RopeEncoding : public BlockDiagonal<Bank<RotationBlock<S>>, PassThrough<S>
         type_(type) {}
 
   static const RopeFrequencies& checked(const RopeFrequencies& f, int head_dim) {
-    detail::require_preset_head_dim(head_dim, "RopeEncoding");
-    const std::size_t n = f.inv_freq.size();
-    if (f.rotary_dim < 2 || f.rotary_dim % 2 != 0 || f.rotary_dim > head_dim ||
-        std::size_t(f.rotary_dim / 2) != n)
-      detail::fail("RopeEncoding: rotary_dim " + std::to_string(f.rotary_dim) +
-                   " must be even, >= 2, <= head_dim " + std::to_string(head_dim) +
-                   " and twice the number of frequencies " + std::to_string(n));
-    if (!std::isfinite(f.attention_factor) || !(f.attention_factor > 0))
-      detail::fail("RopeEncoding: attention_factor must be finite and > 0, got " +
-                   detail::rope_impl::num(f.attention_factor));
-    for (std::size_t i = 0; i < n; ++i)
-      detail::require_preset_frequency(f.inv_freq[i], i, "RopeEncoding");
+    detail::check_rope_frequencies(f, head_dim, "RopeEncoding");
     return f;
   }
 
