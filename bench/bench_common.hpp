@@ -76,6 +76,39 @@ inline peal::RopeEncoding<double> rope_preset() {
   return peal::rope<double>(c);
 }
 
+// ---- The unfused attention pipeline's pieces (bench_attention, bench_positions_nd) ------
+
+/// Row softmax of rows x n values in place (−inf entries give 0), OpenMP over rows.
+inline void softmax_rows(float* p, Index rows, Index n) {
+#pragma omp parallel for schedule(static)
+  for (Index r = 0; r < rows; ++r) {
+    Eigen::Map<Eigen::ArrayXf> x(p + r * n, n);
+    const float m = x.maxCoeff();
+    x = (x - m).exp();
+    x *= 1.0f / x.sum();
+  }
+}
+
+/// O_h = P_h V_h for every head: P [H, n, n], V and O [n, H, dv] (Eigen, its own threads).
+inline void pv_heads(const float* p, const float* v, float* o, Index n, Index H, Index dv) {
+  for (Index h = 0; h < H; ++h) {
+    Eigen::Map<const RowMat> P(p + h * n * n, n, n);
+    ConstStridedMap V(v + h * dv, n, dv, Eigen::OuterStride<>(H * dv));
+    StridedMap O(o + h * dv, n, dv, Eigen::OuterStride<>(H * dv));
+    O.noalias() = P * V;
+  }
+}
+
+/// S_h = Q_h K_h^T for every head into p [H, nq, nk].
+inline void qk_heads(const float* q, const float* k, float* p, Index nq, Index nk, Index H, Index d) {
+  for (Index h = 0; h < H; ++h) {
+    ConstStridedMap Q(q + h * d, nq, d, Eigen::OuterStride<>(H * d));
+    ConstStridedMap K(k + h * d, nk, d, Eigen::OuterStride<>(H * d));
+    Eigen::Map<RowMat> S(p + h * nq * nk, nq, nk);
+    S.noalias() = Q * K.transpose();
+  }
+}
+
 // ---- The paired harness -------------------------------------------------------------------
 
 struct Contender {

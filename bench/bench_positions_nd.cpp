@@ -11,14 +11,17 @@
 //                                3 rotations per pair)
 //                      copy      memcpy of the same bytes (the bandwidth bound)
 //                    counter GB/s = 2 n H 128 4 bytes / time (read + write).
-//   attention/<n>    causal prefill, 4 heads, head_dim 128, f32:
+//   attention/<n>/<H>  causal prefill, H heads (1: nothing is store-bound), head_dim 128, f32:
 //                      peal      attention over (t, h, w) points (encodes q and k once, then
 //                                the fused kernel with the identity encoding)
 //                      rope1d    the fused 1-D attention with RoPE (rebasing inside the tiles)
 //                      id        the identity encoding on the same q, k (the floor)
-//                    counter GFLOPS = 2 * 2 * (n^2/2) * 128 * 4 / time.
+//                      unfused   scores over the points (n x n stored), softmax, P V (Eigen)
+//                      gemms     the plain Eigen GEMMs Q K^T and P V alone (full n x n)
+//                    counter GFLOPS = 2 * 2 * (n^2/2) * 128 * H / time (causal work).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstring>
 #include <peal/peal.hpp>
 #include <vector>
@@ -84,7 +87,7 @@ void BM_encode(benchmark::State& state) {
 }
 
 void BM_attention(benchmark::State& state) {
-  const Index n = state.range(0), H = 4;
+  const Index n = state.range(0), H = state.range(1);
   const auto m = peal::mrope<double>(qwen2_vl());
   auto plain = qwen2_vl();
   plain.scaling.mrope_section.clear();
@@ -92,7 +95,7 @@ void BM_attention(benchmark::State& state) {
   const peal::PassThrough<double> id{int(kDim)};
   const auto q = random_floats(std::size_t(n * H * kDim), 2), k = random_floats(q.size(), 3),
              vv = random_floats(q.size(), 4);
-  std::vector<float> o(q.size());
+  std::vector<float> o(q.size()), o2(q.size()), p(std::size_t(H * n * n));
   const peal::TensorView<const float> Q(q.data(), n, H, kDim), K(k.data(), n, H, kDim),
       V(vv.data(), n, H, kDim);
   const peal::TensorView<float> O(o.data(), n, H, kDim);
@@ -102,11 +105,30 @@ void BM_attention(benchmark::State& state) {
   peal::AttentionOptions opt;
   opt.causal = true;
   opt.threads = 1;
+  peal::ScoreOptions so;
+  so.causal = true;
+  so.scale = 1.0 / std::sqrt(double(kDim));
+  so.threads = 1;
+  // The unfused pipeline over the same points: scores (n x n stored), softmax, P V.
+  auto unfused = [&] {
+    peal::scores(m, Q, P, K, P, peal::TensorView<float>(p.data(), H, n, n), so);
+    softmax_rows(p.data(), H * n, n);
+    pv_heads(p.data(), vv.data(), o2.data(), n, H, kDim);
+  };
+  auto gemms = [&] {
+    qk_heads(q.data(), k.data(), p.data(), n, n, H, kDim);
+    pv_heads(p.data(), vv.data(), o2.data(), n, H, kDim);
+  };
+  peal::attention(m, Q, P, K, P, V, O, opt);
+  unfused();
+  state.counters["max_diff"] = max_abs_diff(o, o2);
   const double flops = 4.0 * (double(n) * double(n) / 2) * double(kDim) * double(H);
   paired_run(state,
              {{"", 1, [&] { peal::attention(m, Q, P, K, P, V, O, opt); }},
               {"rope1d", 1, [&] { peal::attention(r, Q, T, K, T, V, O, opt); }},
-              {"id", 1, [&] { peal::attention(id, Q, T, K, T, V, O, opt); }}},
+              {"id", 1, [&] { peal::attention(id, Q, T, K, T, V, O, opt); }},
+              {"unfused", 1, unfused},
+              {"gemms", 1, gemms}},
              flops * 1e-9, "GFLOPS");
 }
 
@@ -114,13 +136,12 @@ void BM_attention(benchmark::State& state) {
 
 BENCHMARK(BM_encode)
     ->Name("encode")
-    ->ArgsProduct({{256, 4096}, {1, 28}})
+    ->ArgsProduct({{512, 2048, 4096}, {1, 28}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_attention)
     ->Name("attention")
-    ->Arg(1024)
-    ->Arg(4096)
+    ->ArgsProduct({{512, 2048}, {1, 4}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();
