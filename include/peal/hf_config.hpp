@@ -41,234 +41,83 @@
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "detail/hf_model_reader.hpp"
+#include "model_positions.hpp"
 #include "errors.hpp"
 #include "layout.hpp"
 #include "mrope.hpp"
 #include "rope.hpp"
 
 namespace peal {
+
+/// Every layer of a model from its config.json object (docs/models.md): per layer the
+/// positional encoding and the attention facts, with where each came from and the keys not
+/// modelled. Throws peal::invalid_argument for an invalid config, and for a key that changes
+/// the attention that peal cannot model unless options.allow_not_modelled.
+inline ModelPositions model_positions_from_hf(const nlohmann::json& cfg,
+                                              const ModelReadOptions& options = {}) {
+  detail::hf::ModelReader r{options, {}, {}, nullptr};
+  r.read(cfg, true);
+  return std::move(r.out);
+}
+
 namespace detail {
 namespace hf {
-
-using json = nlohmann::json;
-
-inline const json* find(const json& obj, const char* key) {
-  if (!obj.is_object()) return nullptr;
-  const auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-inline std::optional<double> number(const json& obj, const char* key, const char* where) {
-  const json* v = find(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number())
-    fail(std::string("hf_config: ") + where + key + " must be a number, got " + v->dump());
-  return v->get<double>();
-}
-
-inline std::optional<long long> integer(const json& obj, const char* key, const char* where) {
-  const auto x = number(obj, key, where);
-  if (!x) return std::nullopt;
-  if (!(*x == std::floor(*x)) || std::abs(*x) > 9.0e15)
-    fail(std::string("hf_config: ") + where + key + " must be an integer, got " +
-         find(obj, key)->dump());
-  return static_cast<long long>(*x);
-}
-
-inline std::optional<bool> boolean(const json& obj, const char* key, const char* where) {
-  const json* v = find(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean())
-    fail(std::string("hf_config: ") + where + key + " must be true or false, got " + v->dump());
-  return v->get<bool>();
-}
-
-// An array of at most max_entries numbers (checked before the copy is allocated).
-inline std::optional<std::vector<double>> numbers(const json& obj, const char* key,
-                                                  const char* where, std::size_t max_entries) {
-  const json* v = find(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_array())
-    fail(std::string("hf_config: ") + where + key + " must be an array of numbers");
-  if (v->size() > max_entries)
-    fail(std::string("hf_config: ") + where + key + " has " + std::to_string(v->size()) +
-         " entries, more than " + std::to_string(max_entries) + " (preset_max_head_dim / 2)");
-  std::vector<double> out;
-  out.reserve(v->size());
-  for (const auto& e : *v) {
-    if (!e.is_number())
-      fail(std::string("hf_config: ") + where + key + " must be an array of numbers, found " +
-           e.dump());
-    out.push_back(e.get<double>());
+inline RopeConfig single_rope(const ModelPositions& m, const std::string* layer_type) {
+  const LayerPositions* first = nullptr;
+  std::string types;
+  for (const LayerPositions& L : m.layers) {
+    if (types.find("\"" + L.layer_type + "\"") == std::string::npos)
+      types += (types.empty() ? "\"" : ", \"") + L.layer_type + "\"";
+    if (layer_type && L.layer_type != *layer_type) continue;
+    if (!first) first = &L;
+    if (!same_positions(*first, L))
+      fail("hf_config: the layers of this " + m.model_type +
+           " config have different positions (" + describe_layers(m)[0] + "; ...): read them with "
+           "model_positions_from_hf, or pass the layer type to read (" + types + ")");
   }
-  return out;
+  if (!first)
+    fail("hf_config: no layer of type \"" + (layer_type ? *layer_type : std::string()) +
+         "\" (layer types: " + types + ")");
+  if (first->encoding != LayerEncoding::Rope && first->encoding != LayerEncoding::MRope)
+    fail(std::string("hf_config: this ") + m.model_type + " config has no RoPE (layers: " +
+         to_string(first->encoding) + ")");
+  if (first->rotary_offset != 0)
+    fail("hf_config: " + m.model_type + " rotates coordinates [" +
+         std::to_string(first->rotary_offset) + ", " + std::to_string(first->qk_head_dim) +
+         ") of its " + std::to_string(first->qk_head_dim) +
+         "-dim q/k head (MLA): read it with model_positions_from_hf and rope_head<S>(layer); "
+         "layer.rope is the RoPE of the rotated part (the cached k_pe)");
+  return first->rope;
 }
-
-// First present key of a list; *found (if given) is set to its name.
-template <class Getter>
-auto first_of(const json& obj, std::initializer_list<const char*> keys, Getter get,
-              const char** found = nullptr) -> decltype(get(obj, "")) {
-  for (const char* k : keys)
-    if (auto v = get(obj, k)) {
-      if (found) *found = k;
-      return v;
-    }
-  return {};
-}
-
 }  // namespace hf
 }  // namespace detail
 
-/// The RoPE configuration of an HF config.json object (see the header comment for keys).
+/// The RoPE configuration of an HF config.json object (see the header comment for keys),
+/// when every layer has the same one; otherwise it throws, naming model_positions_from_hf
+/// and the layer types (the overload below reads one of them).
 inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
                                       std::optional<Layout> layout = std::nullopt) {
-  namespace hf = detail::hf;
-  using hf::json;
-  if (!cfg.is_object()) detail::fail("hf_config: the config must be a JSON object");
-  const auto top_num = [](const json& o, const char* k) { return hf::number(o, k, ""); };
-  const auto top_int = [](const json& o, const char* k) { return hf::integer(o, k, ""); };
+  ModelReadOptions o;
+  o.layout = layout;
+  detail::hf::ModelReader r{o, {}, {}, nullptr};
+  r.read(cfg, false);
+  return detail::hf::single_rope(r.out, nullptr);
+}
 
-  // v5 rope_parameters (may also hold rope_theta / partial_rotary_factor).
-  const json* params = hf::find(cfg, "rope_parameters");
-  if (params && !params->is_object())
-    detail::fail("hf_config: rope_parameters must be an object or null");
-
-  // Vision-language configs (Qwen3-VL, ...) keep the language model's keys in text_config.
-  const json* text = hf::find(cfg, "text_config");
-  if (text && text->is_object() && !hf::find(cfg, "head_dim") && !hf::find(cfg, "hidden_size") &&
-      !hf::find(cfg, "rope_scaling") && !params)
-    return rope_config_from_hf(*text, layout);
-
-  RopeConfig c;
-
-  // head_dim, else hidden_size // num_attention_heads.
-  // Bounded by preset_max_head_dim before the int conversion and before any table is built
-  // (validation builds head_dim/2 frequencies).
-  std::optional<long long> head_dim = top_int(cfg, "head_dim");
-  std::string derived;
-  if (!head_dim || *head_dim == 0) {
-    const char *hidden_key = "", *heads_key = "";
-    const auto hidden =
-        hf::first_of(cfg, {"hidden_size", "n_embd", "d_model"}, top_int, &hidden_key);
-    const auto heads = hf::first_of(cfg, {"num_attention_heads", "n_head"}, top_int, &heads_key);
-    if (!hidden || !heads)
-      detail::fail(
-          "hf_config: head_dim is missing and cannot be derived (needs hidden_size "
-          "and num_attention_heads)");
-    if (*heads <= 0 || *hidden <= 0)
-      detail::fail("hf_config: hidden_size and num_attention_heads must be > 0");
-    head_dim = *hidden / *heads;
-    derived = std::string(" (= ") + hidden_key + " // " + heads_key + " = " +
-              std::to_string(*hidden) + " // " + std::to_string(*heads) + ")";
-  }
-  if (*head_dim <= 0 || *head_dim > preset_max_head_dim)
-    detail::fail("hf_config: head_dim must be in [1, " + std::to_string(preset_max_head_dim) +
-                 "] (preset_max_head_dim), got " + std::to_string(*head_dim) + derived);
-  c.head_dim = static_cast<int>(*head_dim);
-
-  // rope_theta
-  std::optional<double> theta = hf::first_of(cfg, {"rope_theta", "rotary_emb_base"}, top_num);
-  if (!theta && params) theta = hf::number(*params, "rope_theta", "rope_parameters.");
-  c.rope_theta = theta.value_or(10000.0);
-
-  // partial_rotary_factor
-  std::optional<double> prf = hf::first_of(cfg, {"partial_rotary_factor", "rotary_pct"}, top_num);
-  if (!prf && params) prf = hf::number(*params, "partial_rotary_factor", "rope_parameters.");
-  if (!prf) {
-    if (const auto rd = top_int(cfg, "rotary_dim")) {  // GPT-J: absolute rotary dimension
-      if (*rd <= 0 || *rd > c.head_dim)
-        detail::fail("hf_config: rotary_dim must be in [1, head_dim], got " + std::to_string(*rd));
-      double p = double(*rd) / double(c.head_dim);
-      while (static_cast<long long>(double(c.head_dim) * p) < *rd) p = std::nextafter(p, 2.0);
-      prf = p;
-    }
-  }
-  c.partial_rotary_factor = prf.value_or(1.0);
-
-  c.max_position_embeddings =
-      hf::first_of(cfg, {"max_position_embeddings", "n_positions"}, top_num);
-
-  // Layout
-  if (layout) {
-    c.layout = *layout;
-  } else {
-    const json* mt = hf::find(cfg, "model_type");
-    c.layout = (mt && mt->is_string() && mt->get<std::string>() == "gptj") ? Layout::Interleaved
-                                                                           : Layout::HalfSplit;
-  }
-
-  // Scaling block
-  const json* rs = hf::find(cfg, "rope_scaling");
-  const char* where = "rope_scaling.";
-  bool from_params = false;
-  if (rs && !rs->is_object()) detail::fail("hf_config: rope_scaling must be an object or null");
-  if (!rs && params) {
-    rs = params;
-    where = "rope_parameters.";
-    from_params = true;
-  }
-  if (rs) {
-    RopeScaling& s = c.scaling;
-    const json* type = hf::find(*rs, "rope_type");
-    if (!type) type = hf::find(*rs, "type");
-    if (!type) {
-      if (!from_params)
-        detail::fail("hf_config: rope_scaling has neither \"rope_type\" nor \"type\"");
-      s.type = RopeType::Default;  // v5 rope_parameters without a type: default RoPE
-    } else {
-      if (!type->is_string())
-        detail::fail(std::string("hf_config: ") + where + "rope_type must be a string, got " +
-                     type->dump());
-      // Qwen2-VL's legacy "type": "mrope" is default RoPE with sections (transformers maps
-      // it to "default"); the sections make it M-RoPE.
-      const std::string name = type->get<std::string>();
-      const bool legacy = !hf::find(*rs, "rope_type");
-      s.type = legacy && name == "mrope" ? RopeType::Default : rope_type_from_string(name);
-    }
-    s.factor = hf::number(*rs, "factor", where);
-    s.original_max_position_embeddings = hf::number(*rs, "original_max_position_embeddings", where);
-    s.beta_fast = hf::number(*rs, "beta_fast", where);
-    s.beta_slow = hf::number(*rs, "beta_slow", where);
-    s.truncate = hf::boolean(*rs, "truncate", where);
-    s.mscale = hf::number(*rs, "mscale", where);
-    s.mscale_all_dim = hf::number(*rs, "mscale_all_dim", where);
-    s.attention_factor = hf::number(*rs, "attention_factor", where);
-    const std::size_t max_list = std::size_t(preset_max_head_dim / 2);
-    s.short_factor = hf::numbers(*rs, "short_factor", where, max_list);
-    s.long_factor = hf::numbers(*rs, "long_factor", where, max_list);
-    s.low_freq_factor = hf::number(*rs, "low_freq_factor", where);
-    s.high_freq_factor = hf::number(*rs, "high_freq_factor", where);
-    // M-RoPE (mrope.hpp): sections of (t, h, w) pairs, integers; interleaved for Qwen3-VL.
-    if (const auto sec = hf::numbers(*rs, "mrope_section", where, 8)) {
-      for (double v : *sec) {
-        if (!(v >= 0 && v <= preset_max_head_dim / 2) || v != std::floor(v))
-          detail::fail(std::string("hf_config: ") + where +
-                       "mrope_section entries must be integers in [0, 32768], got " +
-                       detail::rope_impl::num(v));
-        s.mrope_section.push_back(int(v));
-      }
-    }
-    s.mrope_interleaved = hf::boolean(*rs, "mrope_interleaved", where).value_or(false);
-    if (s.mrope_interleaved && s.mrope_section.empty())
-      detail::fail(std::string("hf_config: ") + where + "mrope_interleaved without mrope_section");
-  }
-  if (!c.scaling.original_max_position_embeddings)
-    c.scaling.original_max_position_embeddings = top_num(cfg, "original_max_position_embeddings");
-
-  validate_rope_config(c);
-  if (!c.scaling.mrope_section.empty()) {
-    try {
-      (void)mrope_pair_axes(c.scaling.mrope_section, c.scaling.mrope_interleaved,
-                            rope_rotary_dim(c) / 2);
-    } catch (const invalid_argument& e) {
-      detail::fail(std::string("hf_config: rope_scaling.mrope_section: ") + e.what());
-    }
-  }
-  return c;
+/// The RoPE configuration of the layers of type layer_type ("full_attention",
+/// "sliding_attention", ...), which must all have the same one.
+inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg, const std::string& layer_type,
+                                      std::optional<Layout> layout = std::nullopt) {
+  ModelReadOptions o;
+  o.layout = layout;
+  detail::hf::ModelReader r{o, {}, {}, nullptr};
+  r.read(cfg, true);
+  return detail::hf::single_rope(r.out, &layer_type);
 }
 
 /// Largest file rope_config_from_hf_file reads: 16 MiB (model config.json files are a few

@@ -144,6 +144,7 @@ inline RopeType rope_type_from_string(const std::string& s) {
 ///             original_max_position_embeddings (else max_position_embeddings);
 ///             optional attention_factor, factor (else max_position_embeddings / original)
 ///   llama3:   factor, low_freq_factor, high_freq_factor, original_max_position_embeddings
+///   dynamic with alpha (Hunyuan): alpha only (> 0, finite)
 /// Keys a type does not use are ignored (but must not be NaN).
 struct RopeScaling {
   RopeType type = RopeType::Default;
@@ -159,6 +160,10 @@ struct RopeScaling {
   std::optional<std::vector<double>> long_factor;
   std::optional<double> low_freq_factor;
   std::optional<double> high_freq_factor;
+  /// Hunyuan's dynamic NTK by a fixed alpha (modeling_hunyuan_v1_dense.py, rope_type
+  /// "dynamic" with rope_scaling.alpha): base theta alpha^(D / (D - 2)), for every seq_len;
+  /// factor and max_position_embeddings are then unused. Only with RopeType::Dynamic.
+  std::optional<double> alpha;
   /// Multimodal RoPE (Qwen2-VL "mrope_section", Qwen3-VL "mrope_interleaved"): how many
   /// pairs take the t, h and w position (sum = rotary_dim / 2). Empty: 1-D RoPE. Such a
   /// config needs N-D positions: mrope<S>(config) (mrope.hpp); rope<S>(config) refuses it.
@@ -326,6 +331,9 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
     detail::fail("rope: rope_scaling.attention_factor must be > 0, got " +
                  num(*sc.attention_factor));
 
+  if (sc.alpha && type != RopeType::Dynamic)
+    detail::fail(std::string("rope: rope_scaling.alpha is Hunyuan's dynamic scaling; rope_type \"") +
+                 to_string(type) + "\" does not use it");
   const long double theta = c.rope_theta;
   RopeFrequencies out;
   out.rotary_dim = D;
@@ -344,6 +352,16 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
     }
 
     case RopeType::Dynamic: {
+      if (sc.alpha) {
+        // Hunyuan: theta' = theta alpha^(D / (D - 2)), whatever the length.
+        if (!std::isfinite(*sc.alpha) || !(*sc.alpha > 0))
+          detail::fail("rope: rope_scaling.alpha must be finite and > 0, got " + num(*sc.alpha));
+        if (D <= 2) detail::fail("rope: rope_type \"dynamic\" requires rotary dim > 2");
+        const long double Dl = D;
+        out.inv_freq = ri::base_inv_freq(
+            D, theta * std::pow(static_cast<long double>(*sc.alpha), Dl / (Dl - 2.0L)));
+        break;
+      }
       // theta' = theta (f L / M - (f - 1))^(D / (D - 2)), L = max(seq_len, M), M =
       // max_position_embeddings (HF ignores rope_scaling.original_max_position_embeddings).
       const double f = ri::need(sc.factor, type, "factor");

@@ -1,0 +1,160 @@
+// The keys of one RoPE configuration in a config.json object (the key list is in
+// hf_config.hpp's header comment): the single-encoding stage of model_positions_from_hf.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../errors.hpp"
+#include "../layout.hpp"
+#include "../mrope.hpp"
+#include "../rope.hpp"
+#include "hf_json.hpp"
+
+namespace peal {
+namespace detail {
+namespace hf {
+/// The keys of one RoPE configuration (see the header comment), in the pairing `layout`: the
+/// single-encoding part of the readers; model_positions_from_hf decides layout, class
+/// defaults and per-layer configs before calling it.
+inline RopeConfig read_rope_keys(const nlohmann::json& cfg, Layout layout) {
+  namespace hf = detail::hf;
+  using hf::json;
+  if (!cfg.is_object()) detail::fail("hf_config: the config must be a JSON object");
+  const auto top_num = [](const json& o, const char* k) { return hf::number(o, k, ""); };
+  const auto top_int = [](const json& o, const char* k) { return hf::integer(o, k, ""); };
+
+  // v5 rope_parameters (may also hold rope_theta / partial_rotary_factor).
+  const json* params = hf::find(cfg, "rope_parameters");
+  if (params && !params->is_object())
+    detail::fail("hf_config: rope_parameters must be an object or null");
+
+  RopeConfig c;
+
+  // head_dim, else hidden_size // num_attention_heads.
+  // Bounded by preset_max_head_dim before the int conversion and before any table is built
+  // (validation builds head_dim/2 frequencies).
+  std::optional<long long> head_dim = top_int(cfg, "head_dim");
+  std::string derived;
+  if (!head_dim || *head_dim == 0) {
+    const char *hidden_key = "", *heads_key = "";
+    const auto hidden =
+        hf::first_of(cfg, {"hidden_size", "n_embd", "d_model"}, top_int, &hidden_key);
+    const auto heads = hf::first_of(cfg, {"num_attention_heads", "n_head"}, top_int, &heads_key);
+    if (!hidden || !heads)
+      detail::fail(
+          "hf_config: head_dim is missing and cannot be derived (needs hidden_size "
+          "and num_attention_heads)");
+    if (*heads <= 0 || *hidden <= 0)
+      detail::fail("hf_config: hidden_size and num_attention_heads must be > 0");
+    head_dim = *hidden / *heads;
+    derived = std::string(" (= ") + hidden_key + " // " + heads_key + " = " +
+              std::to_string(*hidden) + " // " + std::to_string(*heads) + ")";
+  }
+  if (*head_dim <= 0 || *head_dim > preset_max_head_dim)
+    detail::fail("hf_config: head_dim must be in [1, " + std::to_string(preset_max_head_dim) +
+                 "] (preset_max_head_dim), got " + std::to_string(*head_dim) + derived);
+  c.head_dim = static_cast<int>(*head_dim);
+
+  // rope_theta
+  std::optional<double> theta = hf::first_of(cfg, {"rope_theta", "rotary_emb_base"}, top_num);
+  if (!theta && params) theta = hf::number(*params, "rope_theta", "rope_parameters.");
+  c.rope_theta = theta.value_or(10000.0);
+
+  // partial_rotary_factor
+  std::optional<double> prf = hf::first_of(cfg, {"partial_rotary_factor", "rotary_pct"}, top_num);
+  if (!prf && params) prf = hf::number(*params, "partial_rotary_factor", "rope_parameters.");
+  if (!prf) {
+    if (const auto rd = top_int(cfg, "rotary_dim")) {  // GPT-J: absolute rotary dimension
+      if (*rd <= 0 || *rd > c.head_dim)
+        detail::fail("hf_config: rotary_dim must be in [1, head_dim], got " + std::to_string(*rd));
+      double p = double(*rd) / double(c.head_dim);
+      while (static_cast<long long>(double(c.head_dim) * p) < *rd) p = std::nextafter(p, 2.0);
+      prf = p;
+    }
+  }
+  c.partial_rotary_factor = prf.value_or(1.0);
+
+  c.max_position_embeddings =
+      hf::first_of(cfg, {"max_position_embeddings", "n_positions"}, top_num);
+
+  c.layout = layout;
+
+  // Scaling block
+  const json* rs = hf::find(cfg, "rope_scaling");
+  const char* where = "rope_scaling.";
+  bool from_params = false;
+  if (rs && !rs->is_object()) detail::fail("hf_config: rope_scaling must be an object or null");
+  if (!rs && params) {
+    rs = params;
+    where = "rope_parameters.";
+    from_params = true;
+  }
+  if (rs) {
+    RopeScaling& s = c.scaling;
+    const json* type = hf::find(*rs, "rope_type");
+    if (!type) type = hf::find(*rs, "type");
+    if (!type) {
+      if (!from_params)
+        detail::fail("hf_config: rope_scaling has neither \"rope_type\" nor \"type\"");
+      s.type = RopeType::Default;  // v5 rope_parameters without a type: default RoPE
+    } else {
+      if (!type->is_string())
+        detail::fail(std::string("hf_config: ") + where + "rope_type must be a string, got " +
+                     type->dump());
+      // Qwen2-VL's legacy "type": "mrope" is default RoPE with sections (transformers maps
+      // it to "default"); the sections make it M-RoPE.
+      const std::string name = type->get<std::string>();
+      const bool legacy = !hf::find(*rs, "rope_type");
+      s.type = legacy && name == "mrope" ? RopeType::Default : rope_type_from_string(name);
+    }
+    s.factor = hf::number(*rs, "factor", where);
+    s.original_max_position_embeddings = hf::number(*rs, "original_max_position_embeddings", where);
+    s.beta_fast = hf::number(*rs, "beta_fast", where);
+    s.beta_slow = hf::number(*rs, "beta_slow", where);
+    s.truncate = hf::boolean(*rs, "truncate", where);
+    s.mscale = hf::number(*rs, "mscale", where);
+    s.mscale_all_dim = hf::number(*rs, "mscale_all_dim", where);
+    s.attention_factor = hf::number(*rs, "attention_factor", where);
+    const std::size_t max_list = std::size_t(preset_max_head_dim / 2);
+    s.short_factor = hf::numbers(*rs, "short_factor", where, max_list);
+    s.long_factor = hf::numbers(*rs, "long_factor", where, max_list);
+    s.low_freq_factor = hf::number(*rs, "low_freq_factor", where);
+    s.high_freq_factor = hf::number(*rs, "high_freq_factor", where);
+    s.alpha = hf::number(*rs, "alpha", where);  // Hunyuan's dynamic scaling
+    // M-RoPE (mrope.hpp): sections of (t, h, w) pairs, integers; interleaved for Qwen3-VL.
+    if (const auto sec = hf::numbers(*rs, "mrope_section", where, 8)) {
+      for (double v : *sec) {
+        if (!(v >= 0 && v <= preset_max_head_dim / 2) || v != std::floor(v))
+          detail::fail(std::string("hf_config: ") + where +
+                       "mrope_section entries must be integers in [0, 32768], got " +
+                       detail::rope_impl::num(v));
+        s.mrope_section.push_back(int(v));
+      }
+    }
+    s.mrope_interleaved = hf::boolean(*rs, "mrope_interleaved", where).value_or(false);
+    if (s.mrope_interleaved && s.mrope_section.empty())
+      detail::fail(std::string("hf_config: ") + where + "mrope_interleaved without mrope_section");
+  }
+  if (!c.scaling.original_max_position_embeddings)
+    c.scaling.original_max_position_embeddings = top_num(cfg, "original_max_position_embeddings");
+
+  validate_rope_config(c);
+  if (!c.scaling.mrope_section.empty()) {
+    try {
+      (void)mrope_pair_axes(c.scaling.mrope_section, c.scaling.mrope_interleaved,
+                            rope_rotary_dim(c) / 2);
+    } catch (const invalid_argument& e) {
+      detail::fail(std::string("hf_config: rope_scaling.mrope_section: ") + e.what());
+    }
+  }
+  return c;
+}
+}  // namespace hf
+}  // namespace detail
+
+}  // namespace peal
