@@ -4,6 +4,11 @@
 //   peal_inspect model.gguf  [--seq-len N] [--plot wavelengths.png]   a GGUF file (by magic)
 //   peal_inspect                                                      a built-in Llama 3.1
 //
+// For a config.json it first prints the model's layers (model_positions_from_hf): the layer
+// pattern compressed ("layers 0-4, 6-10: rope theta 10000 ..., sliding window 1024"), where
+// each fact came from (config key, class default, architecture table) and the keys read but
+// not modelled; --layer-type T picks the layers whose RoPE the rest describes (default: the
+// first RoPE layer).
 // Prints the head and rotary dimensions, the layout, theta, the scaling type with every
 // field it uses (given or defaulted), the attention factor, the M-RoPE sections, then one
 // row per rotary pair:
@@ -51,12 +56,13 @@ struct Args {
   std::string path;  // empty: the built-in config
   std::optional<double> seq_len;
   std::string plot;
+  std::string layer_type;  // --layer-type: which layers' RoPE the pair table shows
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "peal_inspect: %s\nusage: peal_inspect [config.json | model.gguf] [--seq-len N] "
-               "[--plot wavelengths.png]\n",
+               "[--plot wavelengths.png] [--layer-type T]\n",
                msg);
   std::exit(1);
 }
@@ -65,9 +71,13 @@ Args parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
-    if (s == "--seq-len" || s == "--plot") {
+    if (s == "--seq-len" || s == "--plot" || s == "--layer-type") {
       if (i + 1 >= argc) usage((s + " needs a value").c_str());
       const std::string v = argv[++i];
+      if (s == "--layer-type") {
+        a.layer_type = v;
+        continue;
+      }
       if (s == "--plot") {
         a.plot = v;
         continue;
@@ -237,6 +247,46 @@ void plot(const std::string& png, const std::vector<long double>& def,
   std::printf("wrote %s\n", png.c_str());
 }
 
+// The per-layer table, the facts with their sources and the keys not modelled; returns the
+// layer whose RoPE the pair table shows (the first RoPE layer, or of type `type`), or nullptr.
+const peal::LayerPositions* print_model(const peal::ModelPositions& m, const std::string& type) {
+  std::printf("model_type                           %s%s\n", m.model_type.c_str(),
+              m.architecture_known ? "" : " (not in the architecture table: defaults)");
+  std::printf("layers                               %zu\n", m.layers.size());
+  for (const std::string& line : peal::describe_layers(m)) std::printf("  %s\n", line.c_str());
+  if (m.kv_lora_rank)
+    std::printf("MLA                                  kv_lora_rank %d, q_lora_rank %d\n",
+                m.kv_lora_rank, m.q_lora_rank);
+  std::printf("where the facts came from\n");
+  for (const peal::ModelFact& f : m.facts)
+    std::printf("  %-34s %s  [%s]\n", f.name.c_str(), f.value.c_str(), f.source.c_str());
+  if (m.not_modelled.empty()) {
+    std::printf("not modelled                         none\n");
+  } else {
+    std::printf("not modelled (read, not applied by peal)\n");
+    for (const peal::NotModelled& n : m.not_modelled)
+      std::printf("  warning: %s = %s: %s\n", n.key.c_str(), n.value.c_str(), n.why.c_str());
+  }
+  const peal::LayerPositions* shown = nullptr;
+  for (const peal::LayerPositions& L : m.layers)
+    if ((L.encoding == peal::LayerEncoding::Rope || L.encoding == peal::LayerEncoding::MRope) &&
+        (type.empty() || L.layer_type == type)) {
+      shown = &L;
+      break;
+    }
+  if (!shown) {
+    std::printf("no RoPE layer%s: no pair table\n",
+                type.empty() ? "" : (" of type " + type).c_str());
+    return nullptr;
+  }
+  std::printf("table below is of                    layer type %s (--layer-type to choose)\n",
+              shown->layer_type.c_str());
+  if (shown->rotary_offset)
+    std::printf("rotated part                         coordinates [%d, %d) of the %d-dim q/k head\n",
+                shown->rotary_offset, shown->qk_head_dim, shown->qk_head_dim);
+  return shown;
+}
+
 int inspect(const Args& a) {
   peal::RopeConfig cfg;
   std::optional<double> context;  // GGUF context_length
@@ -257,10 +307,16 @@ int inspect(const Args& a) {
     cfg = g.rope;
     if (g.context_length) context = *g.context_length;
   } else {
-    cfg = a.path.empty() ? peal::rope_config_from_hf(nlohmann::json::parse(kBuiltin))
-                         : peal::rope_config_from_hf_file(a.path);
+    peal::ModelReadOptions opt;
+    opt.allow_not_modelled = true;  // the inspector lists them
+    const peal::ModelPositions m =
+        a.path.empty() ? peal::model_positions_from_hf(nlohmann::json::parse(kBuiltin), opt)
+                       : peal::model_positions_from_hf_file(a.path, opt);
     std::printf("file                                 %s (Hugging Face config.json)\n",
                 name.c_str());
+    const peal::LayerPositions* shown = print_model(m, a.layer_type);
+    if (!shown) return 0;
+    cfg = shown->rope;
   }
 
   const int D = peal::rope_rotary_dim(cfg), half = D / 2;

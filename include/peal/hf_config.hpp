@@ -61,7 +61,7 @@ namespace peal {
 inline ModelPositions model_positions_from_hf(const nlohmann::json& cfg,
                                               const ModelReadOptions& options = {}) {
   detail::hf::ModelReader r{options, {}, {}, nullptr};
-  r.read(cfg, true);
+  r.read(cfg);
   return std::move(r.out);
 }
 
@@ -105,7 +105,7 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
   ModelReadOptions o;
   o.layout = layout;
   detail::hf::ModelReader r{o, {}, {}, nullptr};
-  r.read(cfg, false);
+  r.read(cfg);
   return detail::hf::single_rope(r.out, nullptr);
 }
 
@@ -116,7 +116,7 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg, const std::stri
   ModelReadOptions o;
   o.layout = layout;
   detail::hf::ModelReader r{o, {}, {}, nullptr};
-  r.read(cfg, true);
+  r.read(cfg);
   return detail::hf::single_rope(r.out, &layer_type);
 }
 
@@ -124,10 +124,10 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg, const std::stri
 /// kB; the parsed JSON takes several times the file's size in memory).
 inline constexpr std::size_t hf_config_max_file_bytes = std::size_t(16) << 20;
 
-/// rope_config_from_hf of the JSON file at path (e.g. a model's config.json), at most
-/// hf_config_max_file_bytes long.
-inline RopeConfig rope_config_from_hf_file(const std::string& path,
-                                           std::optional<Layout> layout = std::nullopt) {
+namespace detail {
+namespace hf {
+/// The JSON of the file at path, at most hf_config_max_file_bytes long.
+inline nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) detail::fail("hf_config: cannot open \"" + path + "\"");
   // Chunks, stopping past the limit (works for pipes too, whose size is not known).
@@ -141,13 +141,26 @@ inline RopeConfig rope_config_from_hf_file(const std::string& path,
                    std::to_string(hf_config_max_file_bytes) + " bytes (hf_config_max_file_bytes)");
   }
   if (in.bad()) detail::fail("hf_config: cannot read \"" + path + "\"");
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     detail::fail("hf_config: \"" + path + "\" is not valid JSON: " + e.what());
   }
-  return rope_config_from_hf(j, layout);
+}
+}  // namespace hf
+}  // namespace detail
+
+/// rope_config_from_hf of the JSON file at path (e.g. a model's config.json), at most
+/// hf_config_max_file_bytes long.
+inline RopeConfig rope_config_from_hf_file(const std::string& path,
+                                           std::optional<Layout> layout = std::nullopt) {
+  return rope_config_from_hf(detail::hf::read_json_file(path), layout);
+}
+
+/// model_positions_from_hf of the JSON file at path, at most hf_config_max_file_bytes long.
+inline ModelPositions model_positions_from_hf_file(const std::string& path,
+                                                   const ModelReadOptions& options = {}) {
+  return model_positions_from_hf(detail::hf::read_json_file(path), options);
 }
 
 }  // namespace peal

@@ -153,19 +153,22 @@ struct ModelReader {
 
   std::optional<long long> int_key(const char* k) const { return integer(j, k, ""); }
 
-  int layer_count(bool need) {
+  int layer_count() {
     auto n = first_of(j, {"num_hidden_layers", "n_layer", "num_layers"},
                       [](const json& o, const char* k) { return integer(o, k, ""); });
     const json* lt = find(j, "layer_types");
     if (!n && lt && lt->is_array()) n = static_cast<long long>(lt->size());
     if (!n) {
       const bool uniform = !conv || ((conv->layer_rule == LayerRule::Uniform ||
-                                      conv->layer_rule == LayerRule::AllSliding) &&
+                                      conv->layer_rule == LayerRule::AllSliding ||
+                                      (conv->layer_rule == LayerRule::QwenMaxWindow &&
+                                       !flag(j, "use_sliding_window", false))) &&
                                      (conv->nope == NopeRule::None || conv->nope == NopeRule::All) &&
                                      !conv->local_rope);
-      if (need || !uniform)
+      if (!uniform)
         bad("num_hidden_layers is missing: the layers of this architecture differ, so the "
             "reader needs their count");
+      fact("num_hidden_layers", "1", "missing from the config: every layer alike, one shown");
       return 1;
     }
     if (*n <= 0 || *n > 4096) bad("num_hidden_layers must be in [1, 4096], got " + std::to_string(*n));
@@ -487,10 +490,10 @@ struct ModelReader {
            "stored, but modeling_gemma3.py does not pass it to the attention: not applied");
   }
 
-  void read(const json& top, bool need_layers) {
+  void read(const json& top) {
     unwrap(top);
     class_defaults();
-    const int n = layer_count(need_layers);
+    const int n = layer_count();
     const std::vector<std::string> types = layer_types(n);
     const std::vector<int> rope_flags =
         conv && conv->nope == NopeRule::NoRopeLayers ? no_rope_layers(n)
