@@ -182,6 +182,8 @@ inline const std::vector<ModelConventions>& model_table() {
      {{"rope_theta", 10000}, {"partial_rotary_factor", 0.5}}, "nemotron/modeling_nemotron.py: rotate_half on the first half"},
     {"helium", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
      {}, "helium/modeling_helium.py"},
+    {"dbrx", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {}, "dbrx/modeling_dbrx.py: Llama rotary; base attn_config.rope_theta"},
     // ---- interleaved pairs (2i, 2i + 1) ----
     {"gptj", inter, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
      {{"rope_theta", 10000}}, "gptj/modeling_gptj.py: rotate_every_two on the first rotary_dim"},

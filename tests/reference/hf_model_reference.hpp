@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/preset_reference.hpp"
+#include "preset_reference.hpp"
 
 namespace peal_ref::hf {
 
@@ -553,9 +553,377 @@ inline std::vector<Layer> cohere2(const json& c, double seq_len) {
 // x[..., 1::2], q_rot = q[..., :rotary_dim] -> interleaved pairs inside the first
 // int(head_dim * partial_rotary_factor) coordinates (default 0.5, head_dim 128).
 inline std::vector<Layer> glm4(const json& c, double seq_len) {
-  return uniform(c, seq_len > 0 ? seq_len : seq_len, Family{40, 4096, 32, 128, 10000.0L, 0.5, 32768}.layers
-                 ? c : c, Family{40, 4096, 32, 128, 10000.0L, 0.5, 32768}, seq_len, true, false, 0);
+  return uniform(c, Family{40, 4096, 32, 128, 10000.0L, 0.5, 32768}, seq_len, true, false, 0);
+}
+
+// modeling_glm4_moe.py: plain rotate_half on q[..., :rotary_dim] (half-split, NOT GLM-4's
+// interleaving), partial_rotary_factor 0.5; use_qk_norm -> RMSNorm(head_dim) before RoPE.
+inline std::vector<Layer> glm4_moe(const json& c, double seq_len) {
+  const Family f{46, 4096, 96, 128, 10000.0L, 0.5, 131072};
+  return uniform(c, f, seq_len, false, truthy(c, "use_qk_norm", false), 0);
+}
+
+// modeling_ernie4_5.py: "glm rope style (with full dim)": rotate_half uses x[..., 0::2],
+// x[..., 1::2] stacked; cos/sin[..., :half].repeat_interleave(2) -> interleaved, whole head.
+inline std::vector<Layer> ernie4_5(const json& c, double seq_len, const Family& f) {
+  return uniform(c, f, seq_len, true, false, 0);
+}
+
+// modeling_llama4.py (text_config): use_rope = no_rope_layers[i] (default
+// int((i + 1) % no_rope_layer_interval != 0), interval 4); apply_rotary_emb via
+// torch.view_as_complex (interleaved); qk_norm = L2Norm only on RoPE layers when use_qk_norm
+// (applied after RoPE, but a weightless RMS norm commutes with the rotation); NoPE layers with
+// attn_temperature_tuning: q *= log(floor((cache_position + 1) / floor_scale) + 1) * attn_scale + 1.
+// RoPE layers use chunked attention (attention_chunk_size), reported here as "full".
+inline std::vector<Layer> llama4(const json& c, double seq_len) {
+  const Family f{48, 5120, 40, 128, 500000.0L, 1.0, 131072};
+  const int hd = head_dim(c, f);
+  const long long n = n_layers(c, f);
+  std::vector<long long> use_rope;
+  if (has(c, "no_rope_layers") && !c.at("no_rope_layers").empty()) {
+    use_rope = c.at("no_rope_layers").get<std::vector<long long>>();
+    if (static_cast<long long>(use_rope.size()) < n) fail("no_rope_layers shorter than num_hidden_layers");
+  } else {
+    const long long every = int_any(c, {"no_rope_layer_interval"}, 4);
+    for (long long i = 0; i < n; ++i) use_rope.push_back(((i + 1) % every) != 0 ? 1 : 0);
+  }
+  Layer rope = rope_layer(hd, rope_freqs(c, rope_params(c, f), f, hd, seq_len), true);
+  rope.qk_norm = truthy(c, "use_qk_norm", true);
+  Layer nope = nope_layer(hd);
+  if (truthy(c, "attn_temperature_tuning", true)) {
+    const long double floor_scale = num(c, "floor_scale", 8192.0L);
+    const long double attn_scale = num(c, "attn_scale", 0.1L);
+    nope.query_scale = [floor_scale, attn_scale](long double pos) {
+      return std::log(std::floor((pos + 1.0L) / floor_scale) + 1.0L) * attn_scale + 1.0L;
+    };
+  }
+  std::vector<Layer> out;
+  for (long long i = 0; i < n; ++i) out.push_back(use_rope[static_cast<std::size_t>(i)] ? rope : nope);
+  return out;
+}
+
+// configuration_smollm3.py: no_rope_layers default int((i + 1) % no_rope_layer_interval != 0);
+// layer_types "sliding_attention" only if use_sliding_window and sliding_window is not None and
+// not has_rope. modeling_smollm3.py: use_rope = no_rope_layers[i]; rotate_half.
+inline std::vector<Layer> smollm3(const json& c, double seq_len) {
+  const Family f{36, 2048, 16, 0, 2000000.0L, 1.0, 32768};
+  const int hd = head_dim(c, f);
+  const long long n = n_layers(c, f);
+  std::vector<long long> use_rope;
+  if (has(c, "no_rope_layers")) {
+    use_rope = c.at("no_rope_layers").get<std::vector<long long>>();
+    if (static_cast<long long>(use_rope.size()) < n) fail("no_rope_layers shorter than num_hidden_layers");
+  } else {
+    const long long every = int_any(c, {"no_rope_layer_interval"}, 4);
+    for (long long i = 0; i < n; ++i) use_rope.push_back(((i + 1) % every) != 0 ? 1 : 0);
+  }
+  const long long window = window_of(c, 0);
+  std::vector<std::string> types;
+  if (!explicit_layer_types(c, n, types)) {
+    for (long long i = 0; i < n; ++i) {
+      const bool sw = truthy(c, "use_sliding_window", false) && window > 0 && !use_rope[static_cast<std::size_t>(i)];
+      types.push_back(sw ? "sliding_attention" : "full_attention");
+    }
+  }
+  const Layer rope = rope_layer(hd, rope_freqs(c, rope_params(c, f), f, hd, seq_len), false);
+  std::vector<Layer> out;
+  for (long long i = 0; i < n; ++i) {
+    Layer l = use_rope[static_cast<std::size_t>(i)] ? rope : nope_layer(hd);
+    if (types[static_cast<std::size_t>(i)] == "sliding_attention") make_sliding(l, window);
+    out.push_back(l);
+  }
+  return out;
+}
+
+// modeling_deepseek_v2.py / modeling_deepseek_v3.py (MLA): q = [q_nope | q_pe], RoPE on the
+// last qk_rope_head_dim coordinates only, frequencies with head_dim = qk_rope_head_dim.
+// V2: apply_rotary_emb with torch.view_as_complex (interleaved). V3: rope_interleave (default
+// True) -> apply_rotary_pos_emb_interleave (pairs (2i, 2i+1) de-interleaved then rotate_half),
+// else rotate_half. scaling = qk_head_dim**-0.5, and if rope scaling is set and mscale_all_dim:
+// scaling *= yarn_get_mscale(factor, mscale_all_dim) ** 2.
+inline std::vector<Layer> deepseek(const json& c, double seq_len, const Family& f, bool v3) {
+  const int nope = static_cast<int>(int_any(c, {"qk_nope_head_dim"}, 128));
+  const int rope_d = static_cast<int>(int_any(c, {"qk_rope_head_dim"}, 64));
+  const int qk = nope + rope_d;
+  const Rope r = rope_params(c, f);
+  const bool interleaved = v3 ? truthy(c, "rope_interleave", true) : true;
+  Layer l = rope_layer(qk, rope_freqs(c, r, f, rope_d, seq_len), interleaved, nope);
+  const bool scaled = r.v5 ? r.type != "default" : has(c, "rope_scaling");
+  if (scaled && truthy(r.p, "mscale_all_dim")) {
+    const long double m = peal_ref::detail::yarn_get_mscale(num(r.p, "factor", 1.0L), num(r.p, "mscale_all_dim", 0.0L));
+    l.softmax_scale *= m * m;
+  }
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), l);
+}
+
+// modeling_hunyuan_v1_dense.py / _moe.py: rotate_half; "DynamicNTKAlphaRotary": if rope_type ==
+// "dynamic" and rope_parameters["alpha"]: base = rope_theta * alpha ** (head_dim / (head_dim - 2)),
+// attention_scaling 1. forward is still @dynamic_rope_update, so once seq_len >
+// max_position_embeddings the standard dynamic-NTK inv_freq (factor, no alpha) replaces it.
+// query_layernorm / key_layernorm are applied AFTER apply_rotary_pos_emb, so qk_norm (a norm
+// before RoPE) is false here.
+inline std::vector<Layer> hunyuan(const json& c, double seq_len) {
+  const Family f{32, 4096, 32, 0, 10000.0L, 1.0, 2048};
+  const int hd = head_dim(c, f);
+  const Rope r = rope_params(c, f);
+  RopeRef rr;
+  if (r.type == "dynamic" && truthy(r.p, "alpha") &&
+      !(seq_len > static_cast<double>(max_pos(c, f)))) {
+    const long double d = static_cast<long double>(hd);
+    const long double base = r.theta * std::pow(num(r.p, "alpha", 1.0L), d / (d - 2.0L));
+    rr = RopeRef{peal_ref::detail::base_inv_freq(hd, base), 1.0L, hd};
+  } else {
+    rr = rope_freqs(c, r, f, hd, seq_len);
+  }
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), rope_layer(hd, rr, false));
+}
+
+// modeling_gpt_neox.py: rotary_ndims = int(head_size * rotary_pct) (v5: partial_rotary_factor),
+// base rotary_emb_base (v5: rope_theta); rotate_half on q[..., :rotary_ndims]; scaling head_size**-0.5.
+inline std::vector<Layer> gpt_neox(const json& c, double seq_len) {
+  json cc = c;
+  if (!has(cc, "rope_theta") && has(cc, "rotary_emb_base")) cc["rope_theta"] = cc["rotary_emb_base"];
+  return uniform(cc, Family{44, 6144, 64, 0, 10000.0L, 0.25, 2048}, seq_len, false, false, 0);
+}
+
+// modeling_gptj.py: create_sinusoidal_positions(max_positions, rotary_dim) with base 10000,
+// rotate_every_two (x[..., ::2], x[..., 1::2]) on k[..., :rotary_dim] (interleaved);
+// attn_weights / sqrt(head_dim). rotary_dim None would rotate with embed_dim-sized tables
+// (shape-inconsistent for more than one head), so it is not covered.
+inline std::vector<Layer> gptj(const json& c, double /*seq_len*/) {
+  const Family f{28, 4096, 16, 0, 10000.0L, 1.0, 2048};
+  const int hd = head_dim(c, f);
+  if (c.contains("rotary_dim") && c.at("rotary_dim").is_null()) fail("gptj with rotary_dim null is not covered");
+  const int rd = static_cast<int>(int_any(c, {"rotary_dim"}, 64));
+  if (rd < 2 || rd % 2 != 0 || rd > hd) fail("gptj rotary_dim must be even, >= 2 and <= head_dim");
+  const RopeRef rr{peal_ref::detail::base_inv_freq(rd, 10000.0L), 1.0L, rd};
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), rope_layer(hd, rr, true));
+}
+
+// modeling_falcon.py: alibi -> no rotary (ALiBi bias), else FalconRotaryEmbedding + rotate_half
+// over the whole head; inv_norm_factor = 1 / sqrt(head_dim).
+inline std::vector<Layer> falcon(const json& c, double seq_len) {
+  const Family f{32, 4544, 71, 0, 10000.0L, 1.0, 2048};
+  if (truthy(c, "alibi", false)) {
+    return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), nope_layer(head_dim(c, f)));
+  }
+  return uniform(c, f, seq_len, false, false, 0);
+}
+
+// modeling_phi.py / modeling_persimmon.py / modeling_stablelm.py: q_rot = q[..., :rotary_ndims]
+// (int(head_dim * partial_rotary_factor)), rotate_half; qk_layernorm -> LayerNorm(head_dim)
+// per head before RoPE (Phi default False, Persimmon True, StableLM False).
+inline std::vector<Layer> partial_ln(const json& c, double seq_len, const Family& f, bool qk_ln_default) {
+  return uniform(c, f, seq_len, false, truthy(c, "qk_layernorm", qk_ln_default), 0);
+}
+
+// configuration_gpt_oss.py: layer_types default "sliding_attention" if bool((i + 1) % 2);
+// sliding_window 128. modeling_gpt_oss.py _apply_rotary_emb: first_half, second_half =
+// torch.chunk(x, 2, dim=-1) (half-split); yarn rope_scaling (truncate False in the checkpoints).
+inline std::vector<Layer> gpt_oss(const json& c, double seq_len) {
+  const Family f{36, 2880, 64, 64, 150000.0L, 1.0, 131072};
+  const int hd = head_dim(c, f);
+  const long long n = n_layers(c, f);
+  std::vector<std::string> types;
+  if (!explicit_layer_types(c, n, types)) types = pattern_types(n, 2);
+  const Layer base = rope_layer(hd, rope_freqs(c, rope_params(c, f), f, hd, seq_len), false);
+  const long long window = window_of(c, 128);
+  std::vector<Layer> out;
+  for (const std::string& t : types) {
+    Layer l = base;
+    if (t == "sliding_attention") make_sliding(l, window);
+    out.push_back(l);
+  }
+  return out;
+}
+
+// configuration_exaone4.py: if sliding_window is None: sliding_window_pattern = 0; layer_types
+// default "sliding_attention" if (i + 1) % sliding_window_pattern != 0. A string pattern ("LLLG")
+// is read per its docstring: 'L' local, repeating, last layer global. modeling_exaone4.py:
+// q_norm/k_norm before RoPE; "global NoPE": RoPE iff sliding_window is None or the layer slides.
+inline std::vector<Layer> exaone4(const json& c, double seq_len) {
+  const Family f{32, 4096, 32, 0, 10000.0L, 1.0, 2048};
+  const int hd = head_dim(c, f);
+  const long long n = n_layers(c, f);
+  const long long window = window_of(c, 4096);
+  std::vector<std::string> types;
+  if (!explicit_layer_types(c, n, types)) {
+    const json pat = c.contains("sliding_window_pattern") ? c.at("sliding_window_pattern") : json(4);
+    for (long long i = 0; i < n; ++i) {
+      bool sliding = false;
+      if (window > 0 && pat.is_string()) {
+        const std::string s = pat.get<std::string>();
+        sliding = !s.empty() && s[static_cast<std::size_t>(i) % s.size()] == 'L' && i != n - 1;
+      } else if (window > 0 && pat.is_number()) {
+        const long long p = pat.get<long long>();
+        sliding = p > 0 && ((i + 1) % p) != 0;
+      }
+      types.push_back(sliding ? "sliding_attention" : "full_attention");
+    }
+  }
+  Layer rope = rope_layer(hd, rope_freqs(c, rope_params(c, f), f, hd, seq_len), false);
+  rope.qk_norm = true;
+  Layer nope = nope_layer(hd);
+  nope.qk_norm = true;
+  std::vector<Layer> out;
+  for (const std::string& t : types) {
+    const bool sliding = t == "sliding_attention";
+    Layer l = (window <= 0 || sliding) ? rope : nope;
+    if (sliding) make_sliding(l, window);
+    out.push_back(l);
+  }
+  return out;
+}
+
+// modeling_ministral3.py: rotate_half; sliding_window=getattr(config, "sliding_window", None);
+// query_states *= 1 + beta * log(1 + floor(cache_position / original_max_position_embeddings)),
+// beta = rope_parameters["llama_4_scaling_beta"], original = rope_parameters[...] (after RoPE).
+inline std::vector<Layer> ministral3(const json& c, double seq_len) {
+  const Family f{26, 3072, 32, 128, 1000000.0L, 1.0, 262144};
+  const int hd = head_dim(c, f);
+  const Rope r = rope_params(c, f);
+  Layer l = rope_layer(hd, rope_freqs(c, r, f, hd, seq_len), false);
+  make_sliding(l, window_of(c, 0));
+  if (has(r.p, "llama_4_scaling_beta")) {
+    const long double beta = num(r.p, "llama_4_scaling_beta", 0.0L);
+    const long double orig = original_max(c, r, f);
+    l.query_scale = [beta, orig](long double pos) {
+      return 1.0L + beta * std::log(1.0L + std::floor(pos / orig));
+    };
+  }
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), l);
+}
+
+// modeling_phimoe.py PhimoeRotaryEmbedding.forward: with rope scaling, mscale = long_mscale if
+// seq_len > rope_scaling["original_max_position_embeddings"] else short_mscale, replacing the
+// longrope attention factor unless that mscale is None; rotate_half; sliding_window (default None).
+inline std::vector<Layer> phimoe(const json& c, double seq_len) {
+  const Family f{32, 4096, 32, 0, 1000000.0L, 1.0, 131072};
+  std::vector<Layer> out = mistral_like(c, seq_len, f, 0);
+  const Rope r = rope_params(c, f);
+  if (r.type != "default") {
+    const long double orig = num(r.p, "original_max_position_embeddings",
+                                 num(c, "original_max_position_embeddings", static_cast<long double>(max_pos(c, f))));
+    const char* key = seq_len > static_cast<double>(orig) ? "long_mscale" : "short_mscale";
+    if (has(r.p, key)) {
+      for (Layer& l : out) l.attention_factor = num(r.p, key, 1.0L);
+    }
+  }
+  return out;
+}
+
+// No RoPE at all: modeling_bloom.py / modeling_mpt.py (ALiBi), modeling_gpt_bigcode.py (learned
+// absolute positions). Bloom: inv_norm_factor 1/sqrt(head_dim); MPT: attn_config.softmax_scale
+// or 1/sqrt(d_model / n_heads); GPT-BigCode: head_dim**-0.5 if scale_attn_weights else 1.
+inline std::vector<Layer> no_rope(const json& c, const Family& f, long double scale) {
+  Layer l = nope_layer(head_dim(c, f));
+  if (scale > 0.0L) l.softmax_scale = scale;
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), l);
+}
+
+inline std::vector<Layer> mpt(const json& c) {
+  const Family f{24, 2048, 16, 0, 10000.0L, 1.0, 2048};
+  const json attn = has(c, "attn_config") ? c.at("attn_config") : json::object();
+  long double scale = num(attn, "softmax_scale", 0.0L);
+  if (!(scale > 0.0L)) {
+    scale = 1.0L / std::sqrt(static_cast<long double>(hidden(c, f)) / static_cast<long double>(heads(c, f)));
+  }
+  return no_rope(c, f, scale);
+}
+
+inline std::vector<Layer> gpt_bigcode(const json& c) {
+  const Family f{12, 768, 12, 0, 10000.0L, 1.0, 1024};
+  const long double scale = truthy(c, "scale_attn_weights", true)
+                                ? 1.0L / std::sqrt(static_cast<long double>(head_dim(c, f)))
+                                : 1.0L;
+  return no_rope(c, f, scale);
+}
+
+inline const json& text_config(const json& c) {
+  if (has(c, "text_config") && c.at("text_config").is_object()) return c.at("text_config");
+  return c;
+}
+
+inline std::string model_type(const json& c, const std::string& def = "") {
+  return has(c, "model_type") ? c.at("model_type").get<std::string>() : def;
+}
+
+inline std::vector<Layer> dispatch(const json& c, const std::string& mt, double seq_len) {
+  // Llama-style: rotate_half over the whole head (modeling_llama.py, modeling_olmo.py,
+  // modeling_olmo2.py / modeling_olmoe.py with q_norm/k_norm over the whole projection).
+  if (mt == "llama") return llama_like(c, seq_len, Family{32, 4096, 32, 0, 10000.0L, 1.0, 2048});
+  if (mt == "olmo") return llama_like(c, seq_len, Family{32, 4096, 32, 0, 10000.0L, 1.0, 2048});
+  if (mt == "olmo2") return llama_like(c, seq_len, Family{32, 4096, 32, 0, 10000.0L, 1.0, 2048}, true);
+  if (mt == "olmoe") return llama_like(c, seq_len, Family{16, 2048, 16, 0, 10000.0L, 1.0, 4096}, true);
+  if (mt == "granite") return granite(c, seq_len);
+  if (mt == "nemotron") return llama_like(c, seq_len, Family{32, 6144, 48, 0, 10000.0L, 0.5, 4096});
+  if (mt == "mistral") return mistral_like(c, seq_len, Family{32, 4096, 32, 0, 10000.0L, 1.0, 131072}, 4096);
+  if (mt == "mixtral") return mistral_like(c, seq_len, Family{32, 4096, 32, 0, 1000000.0L, 1.0, 131072}, 0);
+  if (mt == "starcoder2") return mistral_like(c, seq_len, Family{30, 3072, 24, 0, 10000.0L, 1.0, 4096}, 0);
+  // modeling_phi3.py: q_rot = q[..., :rotary_dim], rotate_half; Phi3Config
+  // original_max_position_embeddings=4096 (a class attribute, so always present for longrope).
+  if (mt == "phi3") return mistral_like(c, seq_len, Family{32, 3072, 32, 0, 10000.0L, 1.0, 4096}, 0, 4096.0L);
+  if (mt == "phimoe") return phimoe(c, seq_len);
+  if (mt == "ministral3") return ministral3(c, seq_len);
+  if (mt == "mistral3") {
+    const json& t = text_config(c);
+    return dispatch(t, model_type(t, "mistral"), seq_len);
+  }
+  if (mt == "qwen2") return qwen2_like(c, seq_len, Family{32, 4096, 32, 0, 10000.0L, 1.0, 32768}, false, 28);
+  if (mt == "qwen3") return qwen2_like(c, seq_len, Family{32, 4096, 32, 128, 10000.0L, 1.0, 32768}, true, 28);
+  if (mt == "qwen2_moe") return qwen2_moe(c, seq_len);
+  if (mt == "qwen3_moe") return qwen3_moe(c, seq_len);
+  if (mt == "qwen3_next") return qwen3_next(c, seq_len);
+  // modeling_qwen2_vl.py / modeling_qwen2_5_vl.py: apply_multimodal_rotary_pos_emb, rotate_half,
+  // mrope_section split of the default-rope frequencies; text settings in text_config (newer
+  // checkpoints) or at the top level (older ones); Qwen2-style sliding rule.
+  if (mt == "qwen2_vl" || mt == "qwen2_5_vl" || mt == "qwen2_vl_text" || mt == "qwen2_5_vl_text") {
+    return qwen2_like(text_config(c), seq_len, Family{80, 8192, 64, 0, 1000000.0L, 1.0, 32768}, false, 80, "mrope");
+  }
+  if (mt == "qwen3_vl" || mt == "qwen3_vl_text") return qwen3_vl(text_config(c), seq_len);
+  if (mt == "phi") return partial_ln(c, seq_len, Family{24, 2048, 32, 0, 10000.0L, 0.5, 2048}, false);
+  if (mt == "persimmon") return partial_ln(c, seq_len, Family{36, 4096, 64, 0, 25000.0L, 0.5, 16384}, true);
+  if (mt == "stablelm") return partial_ln(c, seq_len, Family{32, 2560, 32, 0, 10000.0L, 0.25, 4096}, false);
+  if (mt == "gemma") return gemma(c, seq_len);
+  if (mt == "gemma2") return gemma2(c, seq_len);
+  if (mt == "gemma3") return gemma3_text(text_config(c), seq_len);
+  if (mt == "gemma3_text") return gemma3_text(c, seq_len);
+  if (mt == "cohere") return cohere(c, seq_len);
+  if (mt == "cohere2") return cohere2(c, seq_len);
+  if (mt == "glm4") return glm4(c, seq_len);
+  if (mt == "glm4_moe") return glm4_moe(c, seq_len);
+  if (mt == "ernie4_5") return ernie4_5(c, seq_len, Family{18, 1024, 16, 128, 500000.0L, 1.0, 131072});
+  if (mt == "ernie4_5_moe") return ernie4_5(c, seq_len, Family{28, 2560, 20, 128, 500000.0L, 1.0, 131072});
+  if (mt == "llama4") return llama4(text_config(c), seq_len);
+  if (mt == "llama4_text") return llama4(c, seq_len);
+  if (mt == "smollm3") return smollm3(c, seq_len);
+  if (mt == "deepseek_v2") return deepseek(c, seq_len, Family{30, 4096, 32, 0, 10000.0L, 1.0, 2048}, false);
+  if (mt == "deepseek_v3") return deepseek(c, seq_len, Family{61, 7168, 128, 0, 10000.0L, 1.0, 4096}, true);
+  if (mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe") return hunyuan(c, seq_len);
+  if (mt == "gpt_neox") return gpt_neox(c, seq_len);
+  if (mt == "gptj") return gptj(c, seq_len);
+  if (mt == "falcon") return falcon(c, seq_len);
+  if (mt == "gpt_oss") return gpt_oss(c, seq_len);
+  if (mt == "exaone4") return exaone4(c, seq_len);
+  if (mt == "bloom") {
+    const Family f{2, 64, 8, 0, 10000.0L, 1.0, 2048};
+    return no_rope(c, f, 1.0L / std::sqrt(static_cast<long double>(head_dim(c, f))));
+  }
+  if (mt == "mpt") return mpt(c);
+  if (mt == "gpt_bigcode") return gpt_bigcode(c);
+  fail("model_type '" + mt + "' is not covered");
 }
 
 }  // namespace detail
+
+// Per layer, in order (num_hidden_layers entries); seq_len is the length the positions are
+// computed for (dynamic NTK, longrope, PhiMoE mscale, Hunyuan alpha). Throws
+// std::invalid_argument for a config it does not cover.
+inline std::vector<Layer> expected_layers(const nlohmann::json& config, double seq_len) {
+  if (!config.is_object()) detail::fail("config must be a JSON object");
+  const std::string mt = detail::model_type(config);
+  if (mt.empty()) detail::fail("config has no model_type");
+  return detail::dispatch(config, mt, seq_len);
+}
+
 }  // namespace peal_ref::hf

@@ -35,7 +35,7 @@ inline const std::set<std::string>& used_keys() {
       "attn_scale", "use_qk_norm", "qk_layernorm", "attention_multiplier",
       "full_attention_interval", "attention_chunk_size", "qk_rope_head_dim", "qk_nope_head_dim",
       "v_head_dim", "kv_lora_rank", "q_lora_rank", "rope_interleave", "num_hidden_layers",
-      "n_layer", "num_layers", "attn_layer_period", "attn_layer_offset", "alibi", "attn_config",
+      "n_layer", "n_layers", "n_heads", "num_layers", "attn_layer_period", "attn_layer_offset", "alibi", "attn_config",
       "num_key_value_heads", "position_embedding_type"};
   return k;
 }
@@ -126,6 +126,12 @@ struct ModelReader {
       j = top;
       out.model_type = top_type;
     }
+    if (out.model_type == "dbrx" && !find(j, "rope_theta"))
+      if (const json* ac = find(j, "attn_config"))
+        if (const json* th = find(*ac, "rope_theta")) {
+          j["rope_theta"] = *th;  // DBRX keeps its base in attn_config
+          fact("rope_theta", dump(*th), "config: attn_config.rope_theta (DBRX)");
+        }
     conv = model_conventions(out.model_type);
     out.architecture_known = conv != nullptr;
     if (conv)
@@ -154,7 +160,7 @@ struct ModelReader {
   std::optional<long long> int_key(const char* k) const { return integer(j, k, ""); }
 
   int layer_count() {
-    auto n = first_of(j, {"num_hidden_layers", "n_layer", "num_layers"},
+    auto n = first_of(j, {"num_hidden_layers", "n_layer", "n_layers", "num_layers"},
                       [](const json& o, const char* k) { return integer(o, k, ""); });
     const json* lt = find(j, "layer_types");
     if (!n && lt && lt->is_array()) n = static_cast<long long>(lt->size());
@@ -339,11 +345,15 @@ struct ModelReader {
         return *m;
       }
       case ScaleRule::MlaMscale: {
-        // modeling_deepseek_v3.py: if rope_scaling: mscale_all_dim = rope_scaling.get(
-        // "mscale_all_dim", 0); if mscale_all_dim: scaling *= yarn_get_mscale(factor, m)^2.
+        // modular_deepseek_v3.py: if rope_type != "default": mscale_all_dim = rope_parameters
+        // .get("mscale_all_dim", 0); if mscale_all_dim: scaling *= yarn_get_mscale(factor, m)^2
+        // (DeepSeek-V2 likewise since transformers PR #47435; earlier releases did not).
         const json* rs = find(j, "rope_scaling");
         if (!rs) rs = find(j, "rope_parameters");
         if (!rs || !rs->is_object()) return base;
+        const json* ty = find(*rs, "rope_type");
+        if (!ty) ty = find(*rs, "type");
+        if (!ty || (ty->is_string() && ty->get<std::string>() == "default")) return base;
         const double m = number(*rs, "mscale_all_dim", "rope_scaling.").value_or(0);
         if (m == 0) return base;
         const auto f = number(*rs, "factor", "rope_scaling.");

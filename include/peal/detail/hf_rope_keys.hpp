@@ -44,7 +44,7 @@ inline RopeConfig read_rope_keys(const nlohmann::json& cfg, Layout layout) {
     const char *hidden_key = "", *heads_key = "";
     const auto hidden =
         hf::first_of(cfg, {"hidden_size", "n_embd", "d_model"}, top_int, &hidden_key);
-    const auto heads = hf::first_of(cfg, {"num_attention_heads", "n_head"}, top_int, &heads_key);
+    const auto heads = hf::first_of(cfg, {"num_attention_heads", "n_head", "n_heads"}, top_int, &heads_key);
     if (!hidden || !heads)
       detail::fail(
           "hf_config: head_dim is missing and cannot be derived (needs hidden_size "
