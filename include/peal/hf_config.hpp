@@ -18,13 +18,31 @@
 //                            short_factor, long_factor, low_freq_factor, high_freq_factor;
 //                            M-RoPE's mrope_section (integers) and mrope_interleaved, with
 //                            Qwen2-VL's legacy "type": "mrope" read as default (mrope.hpp).
-//   text_config              a vision-language config (Qwen3-VL) whose top level has none of
-//                            head_dim, hidden_size, rope_scaling, rope_parameters is read
-//                            from its text_config.
+//   text_config              a wrapper (gemma3, llama4, mistral3, qwen3_vl, ...) or a config
+//                            whose top level has none of head_dim, hidden_size, rope_scaling,
+//                            rope_parameters is read from its text_config.
 //                            A top-level original_max_position_embeddings (Phi-3) fills the
 //                            scaling's when the scaling block has none.
-// Layout: Layout::HalfSplit (HF's rotate_half), except model_type "gptj" (rotate_every_two:
-// Layout::Interleaved); pass `layout` to override (e.g. for Meta-format checkpoints).
+//   rope_scaling.alpha       Hunyuan's dynamic scaling (RopeScaling::alpha).
+//
+// Two entry points (docs/models.md):
+//   model_positions_from_hf  every layer: its encoding (RoPE on which coordinates, M-RoPE,
+//                            ALiBi, none) and attention facts, from the keys above plus the
+//                            model's conventions (model_conventions.hpp: pairing, rotated
+//                            sub-head, class defaults, layer rules, each with its source) and
+//                            the per-layer keys (layer_types, sliding_window_pattern,
+//                            no_rope_layers, rope_local_base_freq, per-layer-type
+//                            rope_parameters, MLA's qk_rope_head_dim, ...).
+//   rope_config_from_hf      the RoPE of a config whose layers all have the same one; it
+//                            throws, naming model_positions_from_hf, when they differ (Gemma 3,
+//                            Llama 4, MLA's sub-head, ...); the overload with a layer type
+//                            reads the layers of that type.
+// Layout: from the architecture table (Layout::HalfSplit for rotate_half; Interleaved for
+// GPT-J, Cohere, GLM-4, ERNIE 4.5, Llama 4, DeepSeek); pass `layout` to override (e.g. for
+// Meta-format checkpoints). A key that changes the attention and that peal does not model
+// (dual_chunk_attention_config, an unknown rope_scaling field, ...) throws unless
+// ModelReadOptions::allow_not_modelled; other positional-looking keys peal does not read are
+// listed in ModelPositions::not_modelled.
 //
 // The result is validated (validate_rope_config): an unknown type, a missing required field,
 // a wrong type of value or an out-of-range value throws peal::invalid_argument naming the key.

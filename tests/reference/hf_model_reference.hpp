@@ -660,8 +660,8 @@ inline std::vector<Layer> deepseek(const json& c, double seq_len, const Family& 
 // "dynamic" and rope_parameters["alpha"]: base = rope_theta * alpha ** (head_dim / (head_dim - 2)),
 // attention_scaling 1. forward is still @dynamic_rope_update, so once seq_len >
 // max_position_embeddings the standard dynamic-NTK inv_freq (factor, no alpha) replaces it.
-// query_layernorm / key_layernorm are applied AFTER apply_rotary_pos_emb, so qk_norm (a norm
-// before RoPE) is false here.
+// query_layernorm / key_layernorm are applied AFTER apply_rotary_pos_emb: qk_norm (a norm on
+// q and k is present) is true.
 inline std::vector<Layer> hunyuan(const json& c, double seq_len) {
   const Family f{32, 4096, 32, 0, 10000.0L, 1.0, 2048};
   const int hd = head_dim(c, f);
@@ -675,7 +675,9 @@ inline std::vector<Layer> hunyuan(const json& c, double seq_len) {
   } else {
     rr = rope_freqs(c, r, f, hd, seq_len);
   }
-  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), rope_layer(hd, rr, false));
+  Layer l = rope_layer(hd, rr, false);
+  l.qk_norm = true;
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), l);
 }
 
 // modeling_gpt_neox.py: rotary_ndims = int(head_size * rotary_pct) (v5: partial_rotary_factor),
