@@ -42,7 +42,10 @@ std::vector<double> lengths(const peal::LayerPositions& L) {
   double n = c.max_position_embeddings.value_or(4096);
   if (c.scaling.original_max_position_embeddings && c.scaling.type == peal::RopeType::LongRope)
     n = *c.scaling.original_max_position_embeddings;
-  if (c.scaling.type == peal::RopeType::Dynamic || c.scaling.type == peal::RopeType::LongRope)
+  // Hunyuan's alpha base is static in peal; past max_position_embeddings transformers'
+  // inherited dynamic update switches to the factor's NTK (docs/models.md, Limits).
+  if ((c.scaling.type == peal::RopeType::Dynamic && !c.scaling.alpha) ||
+      c.scaling.type == peal::RopeType::LongRope)
     return {n, 2 * n};
   return {n};
 }
