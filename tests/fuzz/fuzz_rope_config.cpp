@@ -1,7 +1,8 @@
 // libFuzzer target over config parsing (scripts/fuzz.sh builds and runs it; the corpus is
 // replayed by the ordinary build as the ctest fuzz_corpus_replay, tests/fuzz/replay_main.cpp):
 //
-//   bytes -> JSON (nlohmann) -> RopeConfig (rope_config_from_hf) -> rope<float>, rope<double>
+//   bytes -> JSON (nlohmann) -> ModelPositions (model_positions_from_hf: every distinct RoPE
+//   layer built and checked) and RopeConfig (rope_config_from_hf) -> rope<float>, rope<double>
 //         (mrope<float>, mrope<double> when the config has an mrope_section)
 //         -> encode a few vectors at a few positions (0 .. 2^64, negative too), one vector at a
 //            time (encode_query / encode_key) and as a batch (encode_queries / encode_keys).
@@ -192,12 +193,41 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const nlohmann::json::exception&) {
       return 0;  // not JSON (parse_error), or a number out of double range (out_of_range)
     }
+    // The model reader (docs/models.md): every distinct RoPE layer must build and behave.
+    peal::ModelReadOptions all;
+    all.allow_not_modelled = true;
+    std::optional<peal::ModelPositions> model;
+    try {
+      model.emplace(peal::model_positions_from_hf(j, all));
+      (void)peal::describe_layers(*model);
+    } catch (const peal::invalid_argument&) {
+    }
+    if (model) {
+      std::vector<const peal::LayerPositions*> distinct;
+      for (const auto& L : model->layers) {
+        if (L.encoding != peal::LayerEncoding::Rope && L.encoding != peal::LayerEncoding::MRope)
+          continue;
+        bool seen = false;
+        for (const auto* d : distinct) seen = seen || peal::same_positions(*d, L);
+        if (!seen && distinct.size() < 4) distinct.push_back(&L);
+      }
+      for (const auto* L : distinct) {
+        if (L->rotary_offset + L->rope.head_dim != L->qk_head_dim)
+          bug("a layer's rotary_offset + rope.head_dim differs from qk_head_dim");
+        run<float>(L->rope, L->rope.max_position_embeddings.value_or(4096.0));
+      }
+    }
     peal::RopeConfig cfg;
     try {
       cfg = peal::rope_config_from_hf(j);
     } catch (const peal::invalid_argument&) {
       return 0;
     }
+    // rope_config_from_hf answers only when every layer has that RoPE.
+    if (!model) bug("rope_config_from_hf read a config the model reader refused");
+    for (const auto& L : model->layers)
+      if (L.encoding == peal::LayerEncoding::Rope && L.rope.head_dim != cfg.head_dim)
+        bug("rope_config_from_hf returned one layer's RoPE of several");
     std::vector<double> lens;
     const auto it = j.is_object() ? j.find("peal_fuzz_seq_len") : j.end();
     lens.push_back(it != j.end() && it->is_number() ? it->get<double>() : 4096.0);
