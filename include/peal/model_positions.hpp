@@ -153,6 +153,9 @@ struct NotModelled {
   std::string key;    ///< e.g. "dual_chunk_attention_config"
   std::string value;  ///< its value as in the file
   std::string why;    ///< what it does and why peal leaves it out
+  /// True when the key is known to change the attention (the reader throws for it unless
+  /// ModelReadOptions::allow_not_modelled); false for a key peal merely does not read.
+  bool changes_attention = false;
 };
 
 /// Options of the model-level readers.

@@ -464,7 +464,7 @@ struct ModelReader {
   void not_modelled() {
     const auto add = [&](const std::string& k, const json& v, const std::string& why,
                          bool changes) {
-      out.not_modelled.push_back({k, dump(v), why});
+      out.not_modelled.push_back({k, dump(v), why, changes});
       if (changes && !opt.allow_not_modelled)
         bad("key " + k + " = " + dump(v) + " changes the attention (" + why +
             ") and peal does not model it; pass ModelReadOptions::allow_not_modelled to read the "
