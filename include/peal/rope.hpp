@@ -513,8 +513,11 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
       const double L0d =
           ri::need(sc.original_max_position_embeddings, type, "original_max_position_embeddings");
       ri::require_factor_at_least_one(f, type);
-      if (!(lo > 0) || !(hi > lo))
-        detail::fail("rope: llama3 requires 0 < low_freq_factor < high_freq_factor, got " +
+      // Equal factors (Llama 4's configs: 1 and 1) leave no smooth band: HF's torch.where
+      // then keeps or divides each frequency; only a wavelength exactly at the threshold would
+      // meet HF's 0 / 0, and peal keeps that one.
+      if (!(lo > 0) || !(hi >= lo))
+        detail::fail("rope: llama3 requires 0 < low_freq_factor <= high_freq_factor, got " +
                      num(lo) + " and " + num(hi));
       const long double F = f, L0 = L0d, LO = lo, HI = hi;
       const long double low_wavelen = L0 / LO, high_wavelen = L0 / HI;
@@ -525,6 +528,8 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
           // high frequency: kept
         } else if (wavelen > low_wavelen) {
           w = w / F;
+        } else if (!(HI > LO)) {
+          // the threshold itself, with no band: kept
         } else {
           const long double smooth = (L0 / wavelen - LO) / (HI - LO);
           w = (1.0L - smooth) * w / F + smooth * w;

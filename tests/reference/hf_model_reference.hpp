@@ -882,7 +882,9 @@ inline std::vector<Layer> dispatch(const json& c, const std::string& mt, double 
   if (mt == "qwen2_vl" || mt == "qwen2_5_vl" || mt == "qwen2_vl_text" || mt == "qwen2_5_vl_text") {
     return qwen2_like(text_config(c), seq_len, Family{80, 8192, 64, 0, 1000000.0L, 1.0, 32768}, false, 80, "mrope");
   }
-  if (mt == "qwen3_vl" || mt == "qwen3_vl_text") return qwen3_vl(text_config(c), seq_len);
+  // Qwen3-VL-MoE: modeling_qwen3_vl_moe.py has the attention and rotary of Qwen3-VL.
+  if (mt == "qwen3_vl" || mt == "qwen3_vl_text" || mt == "qwen3_vl_moe" || mt == "qwen3_vl_moe_text")
+    return qwen3_vl(text_config(c), seq_len);
   if (mt == "phi") return partial_ln(c, seq_len, Family{24, 2048, 32, 0, 10000.0L, 0.5, 2048}, false);
   if (mt == "persimmon") return partial_ln(c, seq_len, Family{36, 4096, 64, 0, 25000.0L, 0.5, 16384}, true);
   if (mt == "stablelm") return partial_ln(c, seq_len, Family{32, 2560, 32, 0, 10000.0L, 0.25, 4096}, false);
@@ -900,7 +902,9 @@ inline std::vector<Layer> dispatch(const json& c, const std::string& mt, double 
   if (mt == "llama4_text") return llama4(c, seq_len);
   if (mt == "smollm3") return smollm3(c, seq_len);
   if (mt == "deepseek_v2") return deepseek(c, seq_len, Family{30, 4096, 32, 0, 10000.0L, 1.0, 2048}, false);
-  if (mt == "deepseek_v3") return deepseek(c, seq_len, Family{61, 7168, 128, 0, 10000.0L, 1.0, 4096}, true);
+  // Kimi K2: model_type "kimi_k2", architectures DeepseekV3ForCausalLM (its remote code is
+  // DeepSeek-V3's modeling file).
+  if (mt == "deepseek_v3" || mt == "kimi_k2") return deepseek(c, seq_len, Family{61, 7168, 128, 0, 10000.0L, 1.0, 4096}, true);
   if (mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe") return hunyuan(c, seq_len);
   if (mt == "gpt_neox") return gpt_neox(c, seq_len);
   if (mt == "gptj") return gptj(c, seq_len);
