@@ -57,12 +57,14 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "errors.hpp"
 #include "gguf.hpp"
 #include "layout.hpp"
+#include "model_positions.hpp"
 #include "rope.hpp"
 
 namespace peal {
@@ -599,6 +601,436 @@ inline GgufConfig rope_config_from_gguf(const std::string& path) {
 inline GgufConfig rope_config_from_gguf_bytes(const void* data, std::size_t size,
                                               const std::string& name = "<memory>") {
   return rope_config_from_gguf(gguf_metadata_from_bytes(data, size, name));
+}
+
+// ---------------------------------------------------------------------------------------------
+// model_positions_from_gguf: every layer of a GGUF model (docs/models.md), as llama.cpp's loader
+// and graphs compute it. Built on rope_config_from_gguf (the RoPE of the full layers), plus:
+//   layers        {arch}.block_count (src/llama-model.cpp load_hparams: "ml.get_key(
+//                 LLM_KV_BLOCK_COUNT, hparams.n_layer)"), at most 512 (LLAMA_MAX_LAYERS,
+//                 src/llama-hparams.h); required when the layers differ, else one layer.
+//   head sizes    qk_head_dim = head_dim of rope_config_from_gguf; v_head_dim from
+//                 {arch}.attention.value_length.
+//   encoding      Rope (NORM / NEOX), MRope (MROPE / IMROPE), else Alibi with
+//                 {arch}.attention.max_alibi_bias, else None.
+//   scale         qk_head_dim^-1/2 unless an architecture rule below says otherwise.
+//   deepseek2     (DeepSeek-V2/V3, Kimi K2; src/models/deepseek2.cpp load_arch_hparams and the
+//                 graph): "n_embd_head_k = hparams.n_embd_head_k_mla()" is
+//                 {arch}.attention.key_length_mla when both it and value_length_mla are in the
+//                 file (is_mla(): the MLA-converted files, whose key_length is kv_lora_rank +
+//                 n_rot and value_length kv_lora_rank), else key_length; "n_embd_head_qk_rope =
+//                 hparams.n_rot()", "n_embd_head_qk_nope = n_embd_head_k_mla - n_rot",
+//                 "GGML_ASSERT(n_embd_head_qk_nope >= 1)"; q_pe is the view at offset
+//                 n_embd_head_qk_nope, roped with rope_type NORM (interleaved pairs), so
+//                 rotary_offset = qk_head_dim - n_rot, rope.head_dim = n_rot. Ranks from
+//                 {arch}.attention.kv_lora_rank and q_lora_rank. The scale:
+//                   "if (ml.get_key(LLM_KV_ROPE_SCALING_YARN_LOG_MUL, hparams.rope_yarn_log_mul,
+//                    false)) { // [TAG_DEEPSEEK2_YARN_LOG_MUL_FIX] cancel the factor from the
+//                    convert script  hparams.rope_yarn_log_mul /= 0.1f; }"
+//                   "const float attn_factor_org = attn_factor * (1.0f + 0.1f * logf(1.0f /
+//                    freq_scale));  const float mscale = attn_factor_org * (1.0f + 0.1f *
+//                    hparams.rope_yarn_log_mul * logf(1.0f / freq_scale));  const float kq_scale
+//                    = 1.0f * mscale * mscale / sqrtf(float(n_embd_head_k));"
+//                 where attn_factor_org is YaRN's attention factor of cos and sin, set in
+//                 src/llama-context.cpp: with rope_yarn_log_mul != 0 "mscale = 1.0f;
+//                 mscale_all_dims = hparams.rope_yarn_log_mul; if (model.arch ==
+//                 LLM_ARCH_DEEPSEEK2 && mscale_all_dims != 1.0f) mscale = mscale_all_dims;
+//                 cparams.yarn_attn_factor = get_mscale(factor, mscale) / get_mscale(factor,
+//                 mscale_all_dims)", else get_mscale(factor, 1.0f). A DeepSeek-V3 file (factor
+//                 40, yarn_log_multiplier 0.1) gives 192^-1/2 (0.1 ln 40 + 1)^2 and a RoPE
+//                 attention factor of 1, as its config.json does. The file's
+//                 rope.scaling.yarn_attn_factor / attn_factor are not what llama.cpp uses there
+//                 (listed in not_modelled). Optional temperature tuning (Mistral Large 3):
+//                 {arch}.attention.temperature_scale and temperature_length with
+//                 "f_attn_temp_offset = 0.0f": qs(p) = 1 + scale ln(floor(p / length) + 1),
+//                 QueryScale::Llama4Beta.
+//   gemma3        (src/llama-model.cpp load_hparams, case LLM_ARCH_GEMMA3): "found_swa =
+//                 ml.get_key(LLM_KV_ATTENTION_SLIDING_WINDOW, hparams.n_swa, false); if
+//                 (found_swa && hparams.n_swa > 0) { swa_type = LLAMA_SWA_TYPE_STANDARD;
+//                 set_swa_pattern(6); rope_freq_base_train_swa = 10000.0f;
+//                 rope_freq_scale_train_swa = 1.0f; }"; set_swa_pattern (src/llama-hparams.cpp):
+//                 "swa_layers[il] = n_pattern == 0 || (il % n_pattern < (n_pattern - 1))", i.e.
+//                 full when (i + 1) % 6 == 0; sliding layers: theta 10000 and no scaling;
+//                 "hparams.f_attention_scale = type == LLM_TYPE_27B ? 1.0f / std::sqrt(float(
+//                 hparams.n_embd / hparams.n_head(0))) : 1.0f / std::sqrt(float(
+//                 hparams.n_embd_head_k))" (27B: block_count 62), applied to Q with kq_scale 1
+//                 (src/models/gemma3.cpp); q/k RMS norms before RoPE (attn_q_norm, attn_k_norm).
+//   llama4        (src/llama-model.cpp load_hparams, case LLM_ARCH_LLAMA4): "found_swa =
+//                 ml.get_key(LLM_KV_ATTENTION_SLIDING_WINDOW, hparams.n_swa, false); if (found_swa
+//                 && hparams.n_swa == 0) { swa_type = LLAMA_SWA_TYPE_NONE; n_no_rope_layer_step =
+//                 n_layer; // always use rope } else { swa_type = LLAMA_SWA_TYPE_CHUNKED; n_swa =
+//                 8192; n_attn_temp_floor_scale = 8192; f_attn_temp_scale = 0.1f;
+//                 f_attn_temp_offset = 1.0f; set_swa_pattern(4); // 3 chunked - 1 full }";
+//                 n_no_rope_layer_step is 4 (the llama_hparams default, read from no key); the
+//                 graph ropes layer il when (il + 1) % n_no_rope_layer_step != 0 and otherwise
+//                 multiplies Q by 1 + 0.1 ln(floor((p + 1) / 8192) + 1)
+//                 (QueryScale::Llama4Temperature); "hparams.use_kq_norm = type !=
+//                 LLM_TYPE_17B_128E" (an L2 norm on the RoPE layers; 128 experts: Maverick).
+// Other keys of {arch} whose name is positional (rope, window, swa, temperature, scal, ...)
+// and which are not read are listed in not_modelled (e.g. the sliding window of an
+// architecture without a rule here, rope.scaling.yarn_log_multiplier outside deepseek2,
+// rope.scaling.finetuned); those that change the RoPE of some layers (the *_swa RoPE keys,
+// per-layer RoPE dimensions, rope.scaling.alpha) make the reader throw unless
+// ModelReadOptions::allow_not_modelled.
+
+/// The largest {arch}.block_count accepted (llama.cpp's LLAMA_MAX_LAYERS).
+inline constexpr long long gguf_max_layers = 512;
+
+namespace detail {
+namespace gguf {
+
+// src/llama-context.cpp: "scale <= 1.0f ? 1.0f : (0.1f * mscale * logf(scale) + 1.0f)".
+inline long double llama_get_mscale(long double scale, long double mscale) {
+  return scale <= 1.0L ? 1.0L : 0.1L * mscale * std::log(scale) + 1.0L;
+}
+
+struct ModelReader {
+  Mapper m;
+  const GgufConfig& g;
+  ModelPositions& out;
+  std::set<std::string> used;
+
+  void fact(const std::string& name, const std::string& value, const std::string& source) {
+    out.facts.push_back(ModelFact{name, value, source});
+  }
+  // A fact read from a key of the file (marks the key used).
+  void key_fact(const std::string& name, const std::string& key) {
+    used.insert(key);
+    fact(name, m.md.find(key)->text(), "gguf: " + key);
+  }
+  bool has(const std::string& key) const { return m.md.find(key) != nullptr; }
+};
+
+// The keys rope_config_from_gguf reads.
+inline void mark_rope_keys(ModelReader& r) {
+  for (const char* s :
+       {"context_length", "embedding_length", "block_count", "attention.head_count",
+        "attention.key_length", "attention.value_length", "rope.dimension_count",
+        "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear",
+        "rope.scaling.original_context_length", "rope.scaling.yarn_beta_fast",
+        "rope.scaling.yarn_beta_slow", "rope.scaling.yarn_ext_factor",
+        "rope.scaling.yarn_attn_factor", "rope.scaling.attn_factor", "rope.dimension_sections",
+        "attention.max_alibi_bias"})
+    r.used.insert(r.m.k(s));
+}
+
+inline bool positional_name(const std::string& key) {
+  for (const char* w : {"rope", "rotary", "position", "window", "swa", "scal", "temperature",
+                        "chunk", "attn_factor", "softcap", "alibi", "key_length", "nope"})
+    if (key.find(w) != std::string::npos) return true;
+  return false;
+}
+// Whether an unread key changes the RoPE of some layers.
+inline bool changes_encoding(const std::string& key) {
+  const bool rope = key.find("rope") != std::string::npos;
+  return (rope && key.find("swa") != std::string::npos) ||
+         (rope && key.find("per_layer") != std::string::npos) ||
+         key.find("rope.scaling.alpha") != std::string::npos;
+}
+
+inline void list_unread(ModelReader& r, const ModelReadOptions& options) {
+  const std::string prefix = r.m.arch + ".";
+  for (const auto& kv : r.m.md.kv) {
+    const std::string& key = kv.first;
+    if (key.compare(0, prefix.size(), prefix) != 0 || r.used.count(key)) continue;
+    if (!positional_name(key.substr(prefix.size()))) continue;
+    NotModelled n;
+    n.key = key;
+    n.value = kv.second.text();
+    n.changes_attention = changes_encoding(key);
+    n.why = n.changes_attention
+                ? "changes the RoPE of some layers; model_positions_from_gguf does not read it "
+                  "for architecture " + r.m.arch
+                : "not read by llama.cpp's loader for architecture " + r.m.arch +
+                      ", or not modelled by peal";
+    if (n.changes_attention && !options.allow_not_modelled)
+      r.m.bad(key, "(" + n.value + "): " + n.why +
+                       " (ModelReadOptions::allow_not_modelled lists it instead)");
+    r.out.not_modelled.push_back(n);
+  }
+}
+
+// {arch}.block_count: the number of layers (required when they differ).
+inline int layer_count(ModelReader& r, bool layers_differ) {
+  const std::string key = r.m.k("block_count");
+  const std::optional<long long> n = r.m.integer(key, 1, gguf_max_layers);
+  if (n) {
+    r.key_fact("layers", key);
+    return static_cast<int>(*n);
+  }
+  if (layers_differ)
+    r.m.bad(key, "is missing: the layers of architecture " + r.m.arch +
+                     " differ, their count is needed");
+  r.fact("layers", "1", "gguf: " + key + " absent; every layer is alike, read as one");
+  return 1;
+}
+
+// The MLA layer of deepseek2 (see the comment above gguf_max_layers).
+inline void read_deepseek2(ModelReader& r, LayerPositions& L) {
+  const Mapper& m = r.m;
+  const std::string kmla = m.k("attention.key_length_mla");
+  const std::string vmla = m.k("attention.value_length_mla");
+  const auto key_mla = m.integer(kmla, 0, preset_max_head_dim);
+  const auto val_mla = m.integer(vmla, 0, preset_max_head_dim);
+  std::string qk_from = m.k("attention.key_length");
+  if (key_mla && *key_mla > 0 && val_mla && *val_mla > 0) {  // hparams.is_mla()
+    L.qk_head_dim = static_cast<int>(*key_mla);
+    L.v_head_dim = static_cast<int>(*val_mla);
+    qk_from = kmla;
+    r.key_fact("qk_head_dim", kmla);
+    r.key_fact("v_head_dim", vmla);
+  } else {
+    r.fact("qk_head_dim", std::to_string(L.qk_head_dim), "gguf: " + qk_from + " (no _mla keys)");
+  }
+  const int n_rot = r.g.n_rot;
+  const std::string nrot_key = m.k("rope.dimension_count");
+  if (L.qk_head_dim - n_rot < 1)
+    m.bad(qk_from, "is " + std::to_string(L.qk_head_dim) + ", not more than the rotary dim " +
+                       std::to_string(n_rot) + " (" + nrot_key +
+                       "): MLA needs qk_nope_head_dim = key_length - n_rot >= 1");
+  L.rotary_offset = L.qk_head_dim - n_rot;
+  L.rope.head_dim = n_rot;
+  L.rope.partial_rotary_factor = 1.0;
+  r.fact("rotary_offset", std::to_string(L.rotary_offset),
+         "src/models/deepseek2.cpp: n_embd_head_qk_nope = n_embd_head_k_mla - n_rot (" + qk_from +
+             " - " + nrot_key + ")");
+  const std::string kvr = m.k("attention.kv_lora_rank"), qr = m.k("attention.q_lora_rank");
+  if (const auto kv = m.integer(kvr, 0, std::numeric_limits<int>::max())) {
+    r.out.kv_lora_rank = static_cast<int>(*kv);
+    r.key_fact("kv_lora_rank", kvr);
+  }
+  if (const auto q = m.integer(qr, 0, std::numeric_limits<int>::max())) {
+    r.out.q_lora_rank = static_cast<int>(*q);
+    r.key_fact("q_lora_rank", qr);
+  }
+
+  // The scale (src/models/deepseek2.cpp, src/llama-context.cpp).
+  const std::string lm_key = m.k("rope.scaling.yarn_log_multiplier");
+  long double log_mul = 0;
+  if (const auto lm = m.number(lm_key)) {
+    if (!std::isfinite(*lm)) m.bad(lm_key, "must be finite");
+    // As the loader: a float divided by 0.1f (the converter's 0.1f gives exactly 1).
+    log_mul = static_cast<long double>(static_cast<float>(*lm) / 0.1f);
+    r.key_fact("yarn_log_multiplier (mscale_all_dim = value / 0.1)", lm_key);
+  }
+  RopeScaling& s = L.rope.scaling;
+  const long double F = s.factor ? static_cast<long double>(*s.factor) : 1.0L;
+  long double af_org = 1.0L;
+  if (s.type == RopeType::Yarn) {
+    if (log_mul != 0) {
+      long double ms = 1.0L;
+      const long double ms_all = log_mul;
+      if (ms_all != 1.0L) ms = ms_all;
+      af_org = llama_get_mscale(F, ms) / llama_get_mscale(F, ms_all);
+    } else {
+      af_org = llama_get_mscale(F, 1.0L);
+    }
+    for (const char* k : {"rope.scaling.yarn_attn_factor", "rope.scaling.attn_factor"})
+      r.used.erase(m.k(k));  // not what llama.cpp uses for deepseek2: listed if present
+    s.attention_factor = static_cast<double>(af_org);
+    r.fact("rope attention factor", detail::model_impl::short_num(double(af_org)),
+           "src/llama-context.cpp: get_mscale(factor, mscale) / get_mscale(factor, "
+           "mscale_all_dims) (deepseek2)");
+  }
+  const long double ms = af_org * (1.0L + 0.1L * log_mul * std::log(F));
+  L.softmax_scale =
+      static_cast<double>(ms * ms / std::sqrt(static_cast<long double>(L.qk_head_dim)));
+  r.fact("softmax_scale", detail::model_impl::short_num(L.softmax_scale),
+         "src/models/deepseek2.cpp: kq_scale = mscale^2 / sqrt(n_embd_head_k), mscale = "
+         "attn_factor_org (1 + 0.1 rope_yarn_log_mul ln(1 / freq_scale))");
+
+  // Temperature tuning (Mistral Large 3 on deepseek2).
+  const std::string ts = m.k("attention.temperature_scale");
+  const std::string tl = m.k("attention.temperature_length");
+  if (const auto t = m.number(ts)) {
+    r.used.insert(ts);
+    if (*t != 0) {
+      if (!std::isfinite(*t)) m.bad(ts, "must be finite");
+      const auto len = m.integer(tl, 1, static_cast<long long>(preset_max_length));
+      if (!len) m.bad(tl, "is missing: " + ts + " is set and its floor length is needed");
+      r.used.insert(tl);
+      L.query_scale.kind = QueryScale::Kind::Llama4Beta;
+      L.query_scale.beta = *t;
+      L.query_scale.original_max_position_embeddings = double(*len);
+      r.fact("query_scale", L.query_scale.formula(),
+             "gguf: " + ts + ", " + tl +
+                 " (src/models/deepseek2.cpp build_inp_attn_scale, f_attn_temp_offset 0)");
+    }
+  }
+}
+
+}  // namespace gguf
+}  // namespace detail
+
+/// Every layer of parsed GGUF metadata: the facts model_positions_from_hf gives for the
+/// config.json of the same model (see the comment above gguf_max_layers).
+inline ModelPositions model_positions_from_gguf(const GgufMetadata& md,
+                                                const ModelReadOptions& options = {}) {
+  namespace g = detail::gguf;
+  namespace mi = detail::model_impl;
+  const GgufConfig gc = rope_config_from_gguf(md);
+  ModelPositions out;
+  out.model_type = gc.architecture;
+  g::ModelReader r{g::Mapper{md, gc.architecture}, gc, out, {}};
+  g::mark_rope_keys(r);
+  const g::Mapper& m = r.m;
+  const std::string& arch = gc.architecture;
+  r.fact("architecture", arch, "gguf: general.architecture");
+  r.fact("rope type", to_string(gc.rope_type),
+         "llama.cpp llama_model_rope_type (src/llama-model.cpp) of " + arch);
+
+  // The layer all others start from: the full layers' RoPE of rope_config_from_gguf.
+  LayerPositions base;
+  base.layer_type = "full_attention";
+  base.qk_head_dim = gc.rope.head_dim;
+  if (const auto v = m.per_layer(m.k("attention.value_length"), 0, preset_max_head_dim))
+    base.v_head_dim = static_cast<int>(*v);
+  switch (gc.rope_type) {
+    case GgufRopeType::None:
+      base.encoding = gc.max_alibi_bias ? LayerEncoding::Alibi : LayerEncoding::None;
+      if (gc.max_alibi_bias) base.alibi_max_bias = gc.max_alibi_bias;
+      break;
+    case GgufRopeType::MRope:
+    case GgufRopeType::IMRope:
+      base.encoding = LayerEncoding::MRope;
+      break;
+    default:
+      base.encoding = LayerEncoding::Rope;
+  }
+  base.rope = gc.rope;
+  if (base.qk_head_dim > 0)
+    base.softmax_scale = 1.0 / std::sqrt(static_cast<double>(base.qk_head_dim));
+
+  const bool deepseek2 = arch == "deepseek2";
+  const bool gemma3 = arch == "gemma3";
+  const bool llama4 = arch == "llama4";
+  const std::string swa_key = m.k("attention.sliding_window");
+
+  if (deepseek2) g::read_deepseek2(r, base);
+  if (gemma3) {
+    base.qk_norm = true;
+    r.fact("qk_norm", "true", "src/models/gemma3.cpp: attn_q_norm / attn_k_norm before RoPE");
+  }
+
+  // Which layers differ.
+  std::optional<long long> n_swa;
+  if (gemma3 || llama4) {
+    n_swa = m.integer(swa_key, 0, std::numeric_limits<int>::max());
+    r.used.insert(swa_key);
+  }
+  const bool gemma3_swa = gemma3 && n_swa && *n_swa > 0;
+  const bool llama4_chunked = llama4 && !(n_swa && *n_swa == 0);
+  const int n_layer = g::layer_count(r, gemma3_swa || llama4_chunked);
+
+  if (gemma3) {
+    // f_attention_scale: 27B (62 layers) n_embd / n_head(0), else n_embd_head_k.
+    double denom = base.qk_head_dim;
+    std::string from = "1 / sqrt(n_embd_head_k) (src/llama-model.cpp load_hparams, gemma3)";
+    if (n_layer == 62) {
+      const auto embd = m.integer(m.k("embedding_length"), 1, std::numeric_limits<int>::max());
+      const auto heads =
+          m.per_layer(m.k("attention.head_count"), 1, std::numeric_limits<int>::max());
+      if (!embd || !heads)
+        m.bad(m.k("embedding_length"), "and " + m.k("attention.head_count") +
+                                           " are needed for Gemma 3 27B's attention scale");
+      denom = double(*embd / *heads);
+      from = "1 / sqrt(n_embd / n_head(0)) for LLM_TYPE_27B (62 layers) (src/llama-model.cpp "
+             "load_hparams, gemma3)";
+    }
+    base.softmax_scale = 1.0 / std::sqrt(denom);
+    r.fact("softmax_scale", mi::short_num(base.softmax_scale), from);
+  } else if (!deepseek2 && base.qk_head_dim > 0) {
+    r.fact("softmax_scale", mi::short_num(base.softmax_scale), "1 / sqrt(head_dim)");
+  }
+
+  out.layers.assign(std::size_t(n_layer), base);
+
+  if (gemma3_swa) {
+    r.key_fact("sliding_window", swa_key);
+    r.fact("layer pattern", "full when (i + 1) % 6 == 0, else sliding",
+           "src/llama-model.cpp load_hparams (gemma3): set_swa_pattern(6)");
+    r.fact("sliding layers' RoPE", "theta 10000, no scaling",
+           "src/llama-model.cpp load_hparams (gemma3): rope_freq_base_train_swa = 10000, "
+           "rope_freq_scale_train_swa = 1");
+    for (int i = 0; i < n_layer; ++i) {
+      if (i % 6 >= 5) continue;  // swa_layers[il] = il % n_pattern < n_pattern - 1
+      LayerPositions& L = out.layers[std::size_t(i)];
+      L.layer_type = "sliding_attention";
+      L.attention = LayerAttention::Sliding;
+      L.sliding_window = *n_swa;
+      L.rope.rope_theta = 10000.0;
+      L.rope.scaling = RopeScaling{};
+    }
+  } else if (gemma3) {
+    r.fact("sliding_window", n_swa ? "0" : "absent",
+           "src/llama-model.cpp load_hparams (gemma3): no SWA, every layer full");
+  }
+
+  if (llama4) {
+    const auto n_expert = m.integer(m.k("expert_count"), 0, std::numeric_limits<int>::max());
+    if (n_expert) r.used.insert(m.k("expert_count"));
+    const bool kq_norm = !(n_expert && *n_expert == 128);
+    if (!llama4_chunked) {
+      r.fact("layers", "all RoPE, full attention",
+             "src/llama-model.cpp load_hparams (llama4): " + swa_key +
+                 " = 0: LLAMA_SWA_TYPE_NONE, n_no_rope_layer_step = n_layer");
+      for (LayerPositions& L : out.layers) L.qk_norm = kq_norm;
+    } else {
+      if (n_swa) r.used.insert(swa_key);
+      r.fact("attention_chunk", "8192",
+             "src/llama-model.cpp load_hparams (llama4): LLAMA_SWA_TYPE_CHUNKED, n_swa = 8192" +
+                 std::string(n_swa ? " (" + swa_key + " " + std::to_string(*n_swa) +
+                                         " is overridden)"
+                                   : ""));
+      r.fact("layer pattern", "NoPE and full when (i + 1) % 4 == 0, else RoPE and chunked",
+             "src/llama-model.cpp load_hparams (llama4): set_swa_pattern(4); "
+             "n_no_rope_layer_step 4 (llama_hparams default)");
+      r.fact("query_scale", "1 + 0.1 ln(floor((p + 1) / 8192) + 1) on NoPE layers",
+             "src/llama-model.cpp load_hparams (llama4): f_attn_temp_scale 0.1, "
+             "n_attn_temp_floor_scale 8192, f_attn_temp_offset 1");
+      r.fact("qk_norm", kq_norm ? "L2, RoPE layers" : "none",
+             "src/llama-model.cpp load_hparams (llama4): use_kq_norm = type != "
+             "LLM_TYPE_17B_128E (" + m.k("expert_count") + ")");
+      for (int i = 0; i < n_layer; ++i) {
+        LayerPositions& L = out.layers[std::size_t(i)];
+        if ((i + 1) % 4 == 0) {
+          L.encoding = LayerEncoding::None;
+          L.layer_type = "nope_full_attention";
+          L.query_scale.kind = QueryScale::Kind::Llama4Temperature;
+          L.query_scale.floor_scale = 8192;
+          L.query_scale.attn_scale = 0.1;
+        } else {
+          L.attention = LayerAttention::Chunked;
+          L.layer_type = "chunked_attention";
+          L.attention_chunk = 8192;
+          L.qk_norm = kq_norm;
+        }
+      }
+    }
+  }
+
+  if (options.layout) {
+    for (LayerPositions& L : out.layers)
+      if (L.encoding == LayerEncoding::Rope || L.encoding == LayerEncoding::MRope)
+        L.rope.layout = *options.layout;
+    r.fact("layout", *options.layout == Layout::Interleaved ? "interleaved" : "half-split",
+           "ModelReadOptions::layout");
+  }
+  g::list_unread(r, options);
+  return out;
+}
+
+/// model_positions_from_gguf of a GGUF file (its metadata and small RoPE tensors only).
+inline ModelPositions model_positions_from_gguf(const std::string& path,
+                                                const ModelReadOptions& options = {}) {
+  return model_positions_from_gguf(gguf_metadata_from_file(path), options);
+}
+
+/// model_positions_from_gguf of a GGUF image in memory; `name` is used in messages.
+inline ModelPositions model_positions_from_gguf_bytes(const void* data, std::size_t size,
+                                                      const std::string& name = "<memory>",
+                                                      const ModelReadOptions& options = {}) {
+  return model_positions_from_gguf(gguf_metadata_from_bytes(data, size, name), options);
 }
 
 }  // namespace peal
