@@ -682,7 +682,9 @@ TEST_CASE("rope: validation", "[rope][errors]") {
   REQUIRE_THROWS_WITH(peal::rope<float>(c), Catch::Contains("original_max_position_embeddings"));
   c.scaling.original_max_position_embeddings = 8192;
   REQUIRE_NOTHROW(peal::rope<float>(c));
-  c.scaling.high_freq_factor = 1;
+  c.scaling.high_freq_factor = 1;  // equal factors (Llama 4): no smooth band, accepted
+  REQUIRE_NOTHROW(peal::rope<float>(c));
+  c.scaling.high_freq_factor = 0.5;  // high < low: refused
   REQUIRE_THROWS_AS(peal::rope<float>(c), invalid_argument);
   c.scaling.high_freq_factor.reset();
   REQUIRE_THROWS_WITH(peal::rope<float>(c), Catch::Contains("high_freq_factor"));
