@@ -5,7 +5,7 @@
 //      query_pre_attn_scalar^-1/2. peal::attention on a sliding (0) and the global (5) layer.
 //   2. DeepSeek-V3 MLA: a 24-coordinate q/k head, 16 unrotated + 8 rotated (interleaved), the
 //      rotated key k_pe shared by all heads. Attention non-absorbed (full per-head keys) and
-//      absorbed (W_UK folded into q, scores against the latent cache plus encoded k_pe).
+//      absorbed (W_UK folded into q: one-KV-head attention over [latent, encoded k_pe]).
 //
 // Everything is checked against the textbook formula in long double, rotating with
 // peal::rope_frequencies; the example exits non-zero if a check fails.
