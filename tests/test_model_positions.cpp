@@ -411,6 +411,21 @@ TEST_CASE("model positions: no silent key", "[model_positions][not_modelled]") {
   const auto mx = peal::model_positions_from_hf(x);
   REQUIRE(mx.not_modelled.size() == 1);
   CHECK(mx.not_modelled[0].key == "rope_magic_window");
+  // A key that only some architectures read, in a config whose architecture does not read it
+  // (a Llama with Gemma's query_pre_attn_scalar): listed, since transformers ignores it there.
+  json w = {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+            {"num_hidden_layers", 1}, {"query_pre_attn_scalar", 64}, {"sliding_window", 4096}};
+  const auto mw = peal::model_positions_from_hf(w);
+  REQUIRE(mw.not_modelled.size() == 2);
+  CHECK(mw.not_modelled[0].key == "query_pre_attn_scalar");
+  CHECK(mw.not_modelled[1].key == "sliding_window");
+  CHECK_FALSE(mw.not_modelled[0].changes_attention);
+  CHECK(rel(mw.layers[0].softmax_scale, 1 / std::sqrt(128.0L)) < 1e-15);
+  // The same keys where the architecture reads them are not listed (Gemma 2).
+  json g2 = w;
+  g2["model_type"] = "gemma2";
+  g2["num_hidden_layers"] = 2;
+  CHECK(peal::model_positions_from_hf(g2).not_modelled.empty());
   // Layers that need their count refuse to guess it.
   json g = {{"model_type", "gemma3_text"}, {"hidden_size", 2560}, {"num_attention_heads", 8}};
   CHECK_THROWS_WITH(peal::model_positions_from_hf(g), Catch::Contains("num_hidden_layers"));

@@ -78,7 +78,7 @@ namespace peal {
 /// the attention that peal cannot model unless options.allow_not_modelled.
 inline ModelPositions model_positions_from_hf(const nlohmann::json& cfg,
                                               const ModelReadOptions& options = {}) {
-  detail::hf::ModelReader r{options, {}, {}, nullptr};
+  detail::hf::ModelReader r(options);
   r.read(cfg);
   return std::move(r.out);
 }
@@ -122,7 +122,7 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg,
                                       std::optional<Layout> layout = std::nullopt) {
   ModelReadOptions o;
   o.layout = layout;
-  detail::hf::ModelReader r{o, {}, {}, nullptr};
+  detail::hf::ModelReader r(o);
   r.read(cfg);
   return detail::hf::single_rope(r.out, nullptr);
 }
@@ -133,7 +133,7 @@ inline RopeConfig rope_config_from_hf(const nlohmann::json& cfg, const std::stri
                                       std::optional<Layout> layout = std::nullopt) {
   ModelReadOptions o;
   o.layout = layout;
-  detail::hf::ModelReader r{o, {}, {}, nullptr};
+  detail::hf::ModelReader r(o);
   r.read(cfg);
   return detail::hf::single_rope(r.out, &layer_type);
 }

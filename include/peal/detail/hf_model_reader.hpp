@@ -39,6 +39,19 @@ inline const std::set<std::string>& used_keys() {
       "num_key_value_heads", "position_embedding_type"};
   return k;
 }
+// The used keys that only some architectures read: listed when a config has one that its
+// architecture's path did not read.
+inline const std::vector<const char*>& family_keys() {
+  static const std::vector<const char*> k = {
+      "query_pre_attn_scalar", "attention_multiplier", "attn_logit_softcapping",
+      "rope_local_base_freq", "no_rope_layers", "no_rope_layer_interval",
+      "attn_temperature_tuning", "floor_scale", "attn_scale", "full_attention_interval",
+      "attention_chunk_size", "qk_rope_head_dim", "qk_nope_head_dim", "kv_lora_rank",
+      "q_lora_rank", "rope_interleave", "attn_layer_period", "attn_layer_offset", "use_qk_norm",
+      "qk_layernorm", "sliding_window", "sliding_window_pattern", "use_sliding_window",
+      "max_window_layers", "alibi"};
+  return k;
+}
 // Keys inside rope_scaling / rope_parameters that peal reads.
 inline const std::set<std::string>& used_scaling_keys() {
   static const std::set<std::string> k = {
@@ -94,9 +107,11 @@ inline bool flag(const json& o, const char* key, bool dflt) {
 }
 
 struct ModelReader {
+  explicit ModelReader(const ModelReadOptions& o) : opt(o) {}
   const ModelReadOptions& opt;
   ModelPositions out;
-  json j;  // the text config with class defaults filled in
+  json j;      // the text config with class defaults filled in
+  json given;  // the text config as the file has it
   const ModelConventions* conv = nullptr;
 
   void fact(const std::string& n, const std::string& v, const std::string& src) {
@@ -157,18 +172,37 @@ struct ModelReader {
     }
   }
 
-  std::optional<long long> int_key(const char* k) const { return integer(j, k, ""); }
+  // Look-ups of the text config that record the key as read: a key of the per-family list
+  // (family_keys) that the config gives and this architecture's path never reads is listed
+  // in not_modelled.
+  std::set<std::string> read_keys;
+  const json* key(const char* k) {
+    read_keys.insert(k);
+    return find(j, k);
+  }
+  std::optional<double> num(const char* k) {
+    read_keys.insert(k);
+    return number(j, k, "");
+  }
+  bool flg(const char* k, bool dflt) {
+    read_keys.insert(k);
+    return flag(j, k, dflt);
+  }
+  std::optional<long long> int_key(const char* k) {
+    read_keys.insert(k);
+    return integer(j, k, "");
+  }
 
   int layer_count() {
     auto n = first_of(j, {"num_hidden_layers", "n_layer", "n_layers", "num_layers"},
                       [](const json& o, const char* k) { return integer(o, k, ""); });
-    const json* lt = find(j, "layer_types");
+    const json* lt = key("layer_types");
     if (!n && lt && lt->is_array()) n = static_cast<long long>(lt->size());
     if (!n) {
       const bool uniform = !conv || ((conv->layer_rule == LayerRule::Uniform ||
                                       conv->layer_rule == LayerRule::AllSliding ||
                                       (conv->layer_rule == LayerRule::QwenMaxWindow &&
-                                       !flag(j, "use_sliding_window", false))) &&
+                                       !flg("use_sliding_window", false))) &&
                                      (conv->nope == NopeRule::None || conv->nope == NopeRule::All) &&
                                      !conv->local_rope);
       if (!uniform)
@@ -182,7 +216,7 @@ struct ModelReader {
   }
 
   std::vector<std::string> layer_types(int n) {
-    if (const json* lt = find(j, "layer_types")) {
+    if (const json* lt = key("layer_types")) {
       if (!lt->is_array() || lt->size() != std::size_t(n))
         bad("layer_types must be an array of num_hidden_layers strings");
       std::vector<std::string> t;
@@ -195,17 +229,16 @@ struct ModelReader {
     }
     std::vector<std::string> t(std::size_t(n), "full_attention");
     const LayerRule rule = conv ? conv->layer_rule : LayerRule::Uniform;
-    const bool window = find(j, "sliding_window") != nullptr;
     switch (rule) {
       case LayerRule::Uniform:
         break;
       case LayerRule::AllSliding:
-        if (window) t.assign(std::size_t(n), "sliding_attention");
+        if (key("sliding_window")) t.assign(std::size_t(n), "sliding_attention");
         break;
       case LayerRule::QwenMaxWindow: {
-        const bool use = flag(j, "use_sliding_window", false);
+        const bool use = flg("use_sliding_window", false);
         const long long from = int_key("max_window_layers").value_or(n);
-        if (use && window)
+        if (use && key("sliding_window"))
           for (int i = int(from); i < n; ++i) t[std::size_t(i)] = "sliding_attention";
         break;
       }
@@ -216,7 +249,7 @@ struct ModelReader {
         for (int i = 0; i < n; ++i)
           if ((i + 1) % p != 0) t[std::size_t(i)] = "sliding_attention";
         fact("layer types", "every " + std::to_string(p) + "th layer full, the others sliding",
-             *conv->pattern_key && find(j, conv->pattern_key)
+             *conv->pattern_key && key(conv->pattern_key)
                  ? std::string("config: ") + conv->pattern_key
                  : "class default (architecture table)");
         break;
@@ -249,7 +282,7 @@ struct ModelReader {
   // no_rope_layers: 1 = RoPE, 0 = NoPE; default (i + 1) % no_rope_layer_interval != 0.
   std::vector<int> no_rope_layers(int n) {
     std::vector<int> r(std::size_t(n), 1);
-    const json* v = find(j, "no_rope_layers");
+    const json* v = key("no_rope_layers");
     if (v && v->is_array() && !v->empty()) {
       if (v->size() != std::size_t(n)) bad("no_rope_layers must have num_hidden_layers entries");
       for (std::size_t i = 0; i < v->size(); ++i) {
@@ -277,7 +310,7 @@ struct ModelReader {
   json rope_json(const std::string& t, bool& nope) {
     json r = j;
     nope = false;
-    const json* p = find(j, "rope_parameters");
+    const json* p = key("rope_parameters");
     if (p && p->is_object() && !p->empty()) {
       bool nested = true;
       for (auto it = p->begin(); it != p->end(); ++it)
@@ -300,7 +333,7 @@ struct ModelReader {
       // Gemma 3 / OLMo 3: sliding layers take rope_local_base_freq, without rope_scaling.
       r.erase("rope_scaling");
       r.erase("rope_parameters");
-      if (const json* lb = find(j, "rope_local_base_freq")) r["rope_theta"] = *lb;
+      if (const json* lb = key("rope_local_base_freq")) r["rope_theta"] = *lb;
     }
     return r;
   }
@@ -316,7 +349,7 @@ struct ModelReader {
       m["head_dim"] = *rope_dim;
       m.erase("partial_rotary_factor");
       Layout l = lay;
-      if (!opt.layout && !flag(j, "rope_interleave", true)) l = Layout::HalfSplit;
+      if (!opt.layout && !flg("rope_interleave", true)) l = Layout::HalfSplit;
       RopeConfig c = read_rope_keys(m, l);
       qk_head_dim = int(nope + *rope_dim);
       offset = int(nope);
@@ -328,19 +361,19 @@ struct ModelReader {
     return c;
   }
 
-  double softmax_scale(const LayerPositions& L) const {
+  double softmax_scale(const LayerPositions& L) {
     const ScaleRule rule = conv ? conv->scale : ScaleRule::HeadDim;
     const double base = 1.0 / std::sqrt(double(L.qk_head_dim));
     switch (rule) {
       case ScaleRule::HeadDim:
         return base;
       case ScaleRule::QueryPreAttnScalar: {
-        const auto q = number(j, "query_pre_attn_scalar", "");
+        const auto q = num("query_pre_attn_scalar");
         if (!q || !(*q > 0)) bad("query_pre_attn_scalar must be > 0");
         return 1.0 / std::sqrt(*q);
       }
       case ScaleRule::AttentionMultiplier: {
-        const auto m = number(j, "attention_multiplier", "");
+        const auto m = num("attention_multiplier");
         if (!m || !std::isfinite(*m)) bad("attention_multiplier must be a finite number");
         return *m;
       }
@@ -348,8 +381,8 @@ struct ModelReader {
         // modular_deepseek_v3.py: if rope_type != "default": mscale_all_dim = rope_parameters
         // .get("mscale_all_dim", 0); if mscale_all_dim: scaling *= yarn_get_mscale(factor, m)^2
         // (DeepSeek-V2 likewise since transformers PR #47435; earlier releases did not).
-        const json* rs = find(j, "rope_scaling");
-        if (!rs) rs = find(j, "rope_parameters");
+        const json* rs = key("rope_scaling");
+        if (!rs) rs = key("rope_parameters");
         if (!rs || !rs->is_object()) return base;
         const json* ty = find(*rs, "rope_type");
         if (!ty) ty = find(*rs, "type");
@@ -377,7 +410,7 @@ struct ModelReader {
                 (nr == NopeRule::NoRopeLayers && !rope_flags[std::size_t(i)]) ||
                 (nr == NopeRule::FullLayers && L.attention == LayerAttention::Full) ||
                 (nr == NopeRule::FullIfSliding && L.attention == LayerAttention::Full &&
-                 find(j, "sliding_window"));
+                 key("sliding_window"));
     bool typed_nope = false;
     const json r = rope_json(t, typed_nope);
     nope = nope || typed_nope;
@@ -396,10 +429,10 @@ struct ModelReader {
     if (nope && kind == PositionsKind::Alibi) {
       L.encoding = LayerEncoding::Alibi;
       L.alibi_max_bias = 8.0;
-      if (const json* ac = find(j, "attn_config"))
+      if (const json* ac = key("attn_config"))
         if (const auto b = number(*ac, "alibi_bias_max", "attn_config.")) L.alibi_max_bias = *b;
     }
-    if (out.model_type == "falcon" && flag(j, "alibi", false)) {
+    if (out.model_type == "falcon" && flg("alibi", false)) {
       L.encoding = LayerEncoding::Alibi;
       L.alibi_max_bias = 8.0;
     }
@@ -415,7 +448,7 @@ struct ModelReader {
     if (L.attention == LayerAttention::Sliding) {
       bool use = true;
       if (conv && (conv->layer_rule == LayerRule::QwenMaxWindow || out.model_type == "smollm3"))
-        use = flag(j, "use_sliding_window", false);
+        use = flg("use_sliding_window", false);
       const auto w = int_key("sliding_window");
       if (use && w && *w > 0)
         L.sliding_window = *w;
@@ -430,16 +463,16 @@ struct ModelReader {
         L.attention = LayerAttention::Full;
     }
     if (out.model_type == "gemma2")
-      if (const auto s = number(j, "attn_logit_softcapping", "")) L.softcap = *s;
+      if (const auto s = num("attn_logit_softcapping")) L.softcap = *s;
     if (conv) {
       if (conv->qk_norm == QkNormRule::Always) L.qk_norm = true;
-      if (conv->qk_norm == QkNormRule::Key) L.qk_norm = flag(j, conv->qk_norm_key, false);
+      if (conv->qk_norm == QkNormRule::Key) L.qk_norm = flg(conv->qk_norm_key, false);
       if (conv->query_scale == QueryScaleRule::Llama4Temperature) {
         L.qk_norm = L.qk_norm && rope_layer;  // modeling_llama4.py: use_qk_norm and use_rope
-        if (!rope_layer && flag(j, "attn_temperature_tuning", true)) {
+        if (!rope_layer && flg("attn_temperature_tuning", true)) {
           L.query_scale.kind = QueryScale::Kind::Llama4Temperature;
-          L.query_scale.floor_scale = number(j, "floor_scale", "").value_or(8192);
-          L.query_scale.attn_scale = number(j, "attn_scale", "").value_or(0.1);
+          L.query_scale.floor_scale = num("floor_scale").value_or(8192);
+          L.query_scale.attn_scale = num("attn_scale").value_or(0.1);
           if (!(L.query_scale.floor_scale > 0)) bad("floor_scale must be > 0");
         }
       }
@@ -448,8 +481,8 @@ struct ModelReader {
   }
 
   void llama4_beta(LayerPositions& L) {
-    const json* p = find(j, "rope_parameters");
-    if (!p) p = find(j, "rope_scaling");
+    const json* p = key("rope_parameters");
+    if (!p) p = key("rope_scaling");
     if (!p || !p->is_object()) return;
     const auto beta = number(*p, "llama_4_scaling_beta", "rope_parameters.");
     if (!beta || *beta == 0) return;
@@ -484,6 +517,11 @@ struct ModelReader {
       else if (positional_name(k) && !(it.value().is_boolean() && !it.value().get<bool>()))
         add(k, it.value(), "not read by peal", false);
     }
+    // Keys that only some architectures' code reads (query_pre_attn_scalar in a Llama, ...).
+    for (const char* k : family_keys())
+      if (const json* v = find(given, k))
+        if (!read_keys.count(k) && !(v->is_boolean() && !v->get<bool>()))
+          add(k, *v, "this architecture's code does not read it (architecture table)", false);
     for (const char* block : {"rope_scaling", "rope_parameters"}) {
       const json* rs = find(j, block);
       if (!rs || !rs->is_object()) continue;
@@ -502,6 +540,7 @@ struct ModelReader {
 
   void read(const json& top) {
     unwrap(top);
+    given = j;
     class_defaults();
     const int n = layer_count();
     const std::vector<std::string> types = layer_types(n);
