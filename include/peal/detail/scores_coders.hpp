@@ -34,9 +34,12 @@ namespace detail {
 namespace scores_kernels {
 
 // ---- Generic growth rate and chain length of a dense generator ----------------------------
-inline double generic_rate(const Matrix<double>& X) {
+// Templates on purpose: as plain inline functions, EigenSolver was instantiated and compiled
+// in every TU that includes this header (~10 s at -O2, docs/build-cost.md), used or not.
+template <class S>
+double generic_rate(const Matrix<S>& X) {
   if (X.size() == 0) return 0;
-  Eigen::EigenSolver<Matrix<double>> es(X, /*computeEigenvectors=*/false);
+  Eigen::EigenSolver<Matrix<S>> es(X, /*computeEigenvectors=*/false);
   double r = 0;
   for (Index i = 0; i < es.eigenvalues().size(); ++i)
     r = std::max(r, std::abs(es.eigenvalues()(i).real()));
@@ -45,7 +48,8 @@ inline double generic_rate(const Matrix<double>& X) {
   return r;
 }
 /// 0 if X is normal (diagonalisable, no polynomial growth), else a conservative dim − 1.
-inline int generic_degree(const Matrix<double>& X) {
+template <class S>
+int generic_degree(const Matrix<S>& X) {
   if (X.size() == 0) return 0;
   const double n = X.norm();
   const double c = (X * X.transpose() - X.transpose() * X).norm();
