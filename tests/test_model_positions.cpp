@@ -161,7 +161,7 @@ TEST_CASE("model positions: real configs against transformers' code, layer by la
                      << ", configs with a key not modelled: " << not_modelled_configs
                      << ", model types not in the table: " << unknown.size());
   CHECK(files.size() >= 70);
-  CHECK(families.size() >= 28);
+  CHECK(families.size() >= 40);
 }
 
 namespace {
@@ -466,3 +466,103 @@ TEST_CASE("model positions: Llama 4's llama3 scaling with equal band factors",
   CHECK_THROWS_WITH(peal::rope_frequencies(c, 8192), Catch::Contains("low_freq_factor"));
 }
 
+
+TEST_CASE("model positions: single-architecture facts (Qwen2-MoE, ChatGLM, Baichuan, hybrids, "
+          "refused features)",
+          "[model_positions][quirks]") {
+  // configuration_qwen2_moe.py: sliding when use_sliding_window, (i + 1) % 2, i < max_window_layers.
+  json q = {{"model_type", "qwen2_moe"}, {"hidden_size", 2048}, {"num_attention_heads", 16},
+            {"num_hidden_layers", 8}, {"use_sliding_window", true}, {"sliding_window", 512},
+            {"max_window_layers", 5}};
+  auto m = peal::model_positions_from_hf(q);
+  for (int i = 0; i < 8; ++i) {
+    INFO("layer " << i);
+    const bool slides = i % 2 == 0 && i < 5;
+    CHECK((m.layers[std::size_t(i)].attention == peal::LayerAttention::Sliding) == slides);
+    if (slides) CHECK(m.layers[std::size_t(i)].sliding_window == 512);
+  }
+  q["use_sliding_window"] = false;
+  for (const auto& L : peal::model_positions_from_hf(q).layers)
+    CHECK(L.attention == peal::LayerAttention::Full);
+
+  // ChatGLM: the first half of kv_channels rotates, interleaved unless original_rope is false,
+  // base 10000 * rope_ratio (chatglm3-6b-32k: rope_ratio 50).
+  json g = {{"model_type", "chatglm"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+            {"num_layers", 28}, {"kv_channels", 128}, {"original_rope", true}};
+  m = peal::model_positions_from_hf(g);
+  REQUIRE(m.layers.size() == 28);
+  CHECK(m.layers[0].qk_head_dim == 128);
+  CHECK(peal::rope_rotary_dim(m.layers[0].rope) == 64);
+  CHECK(m.layers[0].rope.layout == peal::Layout::Interleaved);
+  CHECK(m.layers[0].rope.rope_theta == 1e4);
+  g["rope_ratio"] = 50;
+  g["original_rope"] = false;
+  m = peal::model_positions_from_hf(g);
+  CHECK(m.layers[0].rope.rope_theta == 5e5);
+  CHECK(m.layers[0].rope.layout == peal::Layout::HalfSplit);
+  CHECK(m.not_modelled.empty());
+  // rope_ratio means nothing to a Llama: listed, not silently passed.
+  json l = {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+            {"rope_ratio", 50}};
+  const auto ml = peal::model_positions_from_hf(l);
+  bool listed = false;
+  for (const auto& n : ml.not_modelled) listed = listed || n.key == "rope_ratio";
+  CHECK(listed);
+  CHECK(ml.layers[0].rope.rope_theta == 1e4);
+
+  // Baichuan: 7B (hidden 4096) rotates, 13B (hidden 5120) uses ALiBi.
+  json b = {{"model_type", "baichuan"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+            {"num_hidden_layers", 32}};
+  CHECK(peal::model_positions_from_hf(b).layers[0].encoding == peal::LayerEncoding::Rope);
+  b["hidden_size"] = 5120;
+  b["num_attention_heads"] = 40;
+  CHECK(peal::model_positions_from_hf(b).layers[0].encoding == peal::LayerEncoding::Alibi);
+
+  // Nemotron-H: attention only at '*', no positional encoding; without the pattern, refused.
+  json h = {{"model_type", "nemotron_h"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+            {"head_dim", 128}, {"num_hidden_layers", 6}, {"hybrid_override_pattern", "M-M*-E"}};
+  m = peal::model_positions_from_hf(h);
+  REQUIRE(m.layers.size() == 6);
+  for (int i = 0; i < 6; ++i) {
+    INFO("layer " << i);
+    CHECK(m.layers[std::size_t(i)].encoding == peal::LayerEncoding::None);
+    CHECK((m.layers[std::size_t(i)].attention == peal::LayerAttention::Full) == (i == 3));
+  }
+  CHECK(m.layers[3].qk_head_dim == 128);
+  h["hybrid_override_pattern"] = "M-M*";
+  CHECK_THROWS_WITH(peal::model_positions_from_hf(h), Catch::Contains("num_hidden_layers"));
+  h.erase("hybrid_override_pattern");
+  CHECK_THROWS_WITH(peal::model_positions_from_hf(h), Catch::Contains("hybrid_override_pattern"));
+
+  // DeciLM (Nemotron-NAS): block_configs remove attention; without them, refused by default.
+  json d = {{"model_type", "nemotron-nas"}, {"hidden_size", 1024}, {"num_attention_heads", 8},
+            {"num_hidden_layers", 3},
+            {"block_configs", json::array({{{"attention", {{"no_op", false}}}},
+                                           {{"attention", {{"no_op", true}}}},
+                                           {{"attention", {{"replace_with_linear", true}}}}})}};
+  m = peal::model_positions_from_hf(d);
+  CHECK(m.layers[0].encoding == peal::LayerEncoding::Rope);
+  CHECK(m.layers[1].attention == peal::LayerAttention::Linear);
+  CHECK(m.layers[2].attention == peal::LayerAttention::Linear);
+  d.erase("block_configs");
+  CHECK_THROWS_WITH(peal::model_positions_from_hf(d), Catch::Contains("block_configs"));
+  peal::ModelReadOptions allow;
+  allow.allow_not_modelled = true;
+  CHECK(peal::model_positions_from_hf(d, allow).not_modelled.at(0).changes_attention);
+
+  // Features peal does not model are refused unless allowed: DeepSeek V3.2's sparse attention,
+  // Qwen-1's dynamic NTK and logn scaling (class defaults true).
+  json v32 = json::parse(kDeepSeekV3);
+  v32["model_type"] = "deepseek_v32";
+  CHECK_THROWS_WITH(peal::model_positions_from_hf(v32), Catch::Contains("Sparse Attention"));
+  const auto mv = peal::model_positions_from_hf(v32, allow);
+  CHECK(mv.layers[0].rotary_offset == 128);
+  json qw = {{"model_type", "qwen"}, {"hidden_size", 2048}, {"num_attention_heads", 16},
+             {"kv_channels", 128}, {"num_hidden_layers", 24}};
+  CHECK_THROWS_WITH(peal::model_positions_from_hf(qw), Catch::Contains("use_dynamic_ntk"));
+  qw["use_dynamic_ntk"] = false;
+  qw["use_logn_attn"] = false;
+  m = peal::model_positions_from_hf(qw);
+  CHECK(peal::rope_rotary_dim(m.layers[0].rope) == 128);
+  CHECK(m.layers[0].rope.layout == peal::Layout::HalfSplit);
+}

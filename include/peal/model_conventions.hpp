@@ -6,6 +6,7 @@
 // read from. JSON-free; read by model_positions_from_hf (hf_config.hpp).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,9 @@ enum class LayerRule {
   Pattern,         ///< full when (i + 1) % pattern == 0, else sliding (pattern key below)
   LinearInterval,  ///< full when (i + 1) % full_attention_interval == 0, else linear
   Llama4Chunked,   ///< chunked attention on RoPE layers, full on NoPE layers
-  JambaPeriod      ///< attention when i % attn_layer_period == attn_layer_offset, else linear
+  JambaPeriod,     ///< attention when i % attn_layer_period == attn_layer_offset, else linear
+  QwenMoeAlternate,///< sliding when use_sliding_window, (i + 1) % 2 and i < max_window_layers
+  HybridPattern    ///< hybrid_override_pattern: * attention, M Mamba, - MLP, E MoE (Nemotron-H)
 };
 /// Which layers do not rotate.
 enum class NopeRule {
@@ -54,6 +57,13 @@ struct ClassDefault {
   double value;
 };
 
+/// Something an architecture's code does to the attention that peal does not model: always
+/// (key "") or when the config's flag `key` is true. The model reader refuses it by default.
+struct Unmodelled {
+  const char* key;
+  const char* why;
+};
+
 /// One row of the architecture table.
 struct ModelConventions {
   const char* model_type;
@@ -73,6 +83,19 @@ struct ModelConventions {
   bool local_rope;
   std::vector<ClassDefault> defaults;
   const char* source;  ///< files and the lines that decide the row
+
+  // Facts of single architectures, set by name below the table ("" / 0 = none).
+  const char* sliding_switch = "";    ///< flag key that must be true for any layer to slide
+  const char* softcap_key = "";       ///< key of a tanh softcap of the attention logits
+  const char* stored_unused = "";     ///< a key the config stores but the code never applies
+  const char* alibi_flag = "";        ///< flag key that replaces RoPE by ALiBi (Falcon)
+  const char* theta_block = "";       ///< object holding rope_theta when the top level lacks it
+  const char* theta_factor_key = "";  ///< key multiplying the base (ChatGLM rope_ratio)
+  const char* layout_flag = "";       ///< flag key: true = the row's layout, false = half-split
+  const char* head_dim_key = "";      ///< key giving the head size when head_dim is absent
+  int rope_only_hidden = 0;           ///< RoPE only at this hidden_size, ALiBi otherwise
+  bool block_configs = false;         ///< per-layer block_configs may remove attention (DeciLM)
+  std::vector<Unmodelled> unmodelled = {};  ///< what the code does that peal does not model
 };
 
 namespace detail {
@@ -88,7 +111,8 @@ inline const std::vector<ModelConventions>& model_table() {
   const auto half = L::HalfSplit;
   const auto inter = L::Interleaved;
   // clang-format off
-  static const std::vector<ModelConventions> t = {
+  static const std::vector<ModelConventions> t = [&] {
+  std::vector<ModelConventions> v = {
     // ---- rotate_half (pairs (i, i + D/2)), the Llama family ----
     {"llama", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
      {{"rope_theta", 10000}}, "llama/modeling_llama.py: rotate_half, emb = cat((freqs, freqs))"},
@@ -102,8 +126,9 @@ inline const std::vector<ModelConventions>& model_table() {
      {}, "ministral3/modeling_ministral3.py: rotate_half; q *= 1 + beta ln(1 + floor(p / original_max_position_embeddings))"},
     {"qwen2", half, R::First, P::Rope, LR::QwenMaxWindow, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
      {{"rope_theta", 10000}}, "qwen2/modeling_qwen2.py: rotate_half; configuration_qwen2.py: sliding when use_sliding_window and i >= max_window_layers"},
-    {"qwen2_moe", half, R::First, P::Rope, LR::QwenMaxWindow, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
-     {{"rope_theta", 10000}}, "qwen2_moe/modeling_qwen2_moe.py: rotate_half"},
+    {"qwen2_moe", half, R::First, P::Rope, LR::QwenMoeAlternate, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}, {"max_window_layers", 28}, {"sliding_window", 4096}},
+     "qwen2_moe/modeling_qwen2_moe.py: rotate_half; configuration_qwen2_moe.py: sliding when use_sliding_window, (i + 1) % 2 and i < max_window_layers"},
     {"qwen3", half, R::First, P::Rope, LR::QwenMaxWindow, "", 0, N::None, S::HeadDim, Q::Always, "", QS::None, false,
      {{"rope_theta", 10000}}, "qwen3/modeling_qwen3.py: rotate_half; q_norm/k_norm (RMSNorm per head) before RoPE"},
     {"qwen3_moe", half, R::First, P::Rope, LR::QwenMaxWindow, "", 0, N::None, S::HeadDim, Q::Always, "", QS::None, false,
@@ -119,6 +144,14 @@ inline const std::vector<ModelConventions>& model_table() {
      {}, "qwen3_vl/modeling_qwen3_vl.py: interleaved M-RoPE sections, rotate_half; q_norm/k_norm"},
     {"qwen3_vl_moe", half, R::First, P::MRope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Always, "", QS::None, false,
      {}, "qwen3_vl_moe/modeling_qwen3_vl_moe.py: as qwen3_vl"},
+    {"qwen3_5", half, R::First, P::MRope, LR::LinearInterval, "", 0, N::None, S::HeadDim, Q::Always, "", QS::None, false,
+     {{"head_dim", 256}, {"partial_rotary_factor", 0.25}, {"full_attention_interval", 4}},
+     "qwen3_5/modular_qwen3_5.py: Qwen3NextAttention (rotate_half on the first int(head_dim * 0.25), q_norm/k_norm) with Qwen3-VL's interleaved M-RoPE; Gated DeltaNet layers between"},
+    {"qwen3_5_moe", half, R::First, P::MRope, LR::LinearInterval, "", 0, N::None, S::HeadDim, Q::Always, "", QS::None, false,
+     {{"head_dim", 256}, {"partial_rotary_factor", 0.25}, {"full_attention_interval", 4}},
+     "qwen3_5_moe/modular_qwen3_5_moe.py: as qwen3_5"},
+    {"mimo", half, R::First, P::Rope, LR::QwenMaxWindow, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}}, "XiaomiMiMo/MiMo-7B modeling_mimo.py: MiMoModel(Qwen2Model); the MTP layers sit outside num_hidden_layers"},
     {"phi", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Key, "qk_layernorm", QS::None, false,
      {{"rope_theta", 10000}, {"partial_rotary_factor", 0.5}}, "phi/modeling_phi.py: rotate_half on the first int(head_dim * partial_rotary_factor)"},
     {"phi3", half, R::First, P::Rope, LR::AllSliding, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
@@ -180,6 +213,22 @@ inline const std::vector<ModelConventions>& model_table() {
      {{"partial_rotary_factor", 0.5}}, "persimmon/modeling_persimmon.py: rotate_half on the first half"},
     {"nemotron", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
      {{"rope_theta", 10000}, {"partial_rotary_factor", 0.5}}, "nemotron/modeling_nemotron.py: rotate_half on the first half"},
+    {"minimax_m2", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Always, "", QS::None, false,
+     {{"rope_theta", 5e6}, {"head_dim", 128}},
+     "minimax_m2/modular_minimax_m2.py: Glm4Moe rotary (rotate_half on the first rotary_dim), q_norm/k_norm over the projection, no sliding window"},
+    {"orion", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}}, "OrionStarAI/Orion-14B modeling_orion.py: Llama attention, rotate_half"},
+    {"minicpm", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}}, "openbmb/MiniCPM modeling_minicpm.py: Llama attention, rotate_half (scale_emb / scale_depth act on the residual)"},
+    {"internlm2", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}}, "internlm/internlm2_5-7b-chat modeling_internlm2.py: rotate_half; dynamic NTK as transformers' dynamic"},
+    {"baichuan", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}}, "baichuan-inc/Baichuan2-7B modeling_baichuan.py: rotate_half, base 10000; 13B: ALiBi (vLLM baichuan.py: by hidden_size)"},
+    {"qwen", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rotary_emb_base", 10000}, {"rotary_pct", 1.0}, {"use_dynamic_ntk", 1}, {"use_logn_attn", 1}},
+     "Qwen/Qwen-7B modeling_qwen.py: rotate_half on the first int(kv_channels * rotary_pct)"},
+    {"nemotron-nas", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}}, "nvidia/Llama-3_3-Nemotron-Super-49B-v1 modeling_decilm.py: Llama rotary; block_configs[i].attention.no_op / replace_with_linear remove a layer's attention"},
     {"helium", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
      {}, "helium/modeling_helium.py"},
     {"dbrx", half, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
@@ -187,6 +236,9 @@ inline const std::vector<ModelConventions>& model_table() {
     // ---- interleaved pairs (2i, 2i + 1) ----
     {"gptj", inter, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
      {{"rope_theta", 10000}}, "gptj/modeling_gptj.py: rotate_every_two on the first rotary_dim"},
+    {"chatglm", inter, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}, {"partial_rotary_factor", 0.5}},
+     "THUDM/chatglm3-6b modeling_chatglm.py: RotaryEmbedding(rotary_dim // 2) on the first half of the head, pairs (2i, 2i + 1) (original_rope)"},
     {"cohere", inter, R::First, P::Rope, LR::Uniform, "", 0, N::None, S::HeadDim, Q::Key, "use_qk_norm", QS::None, false,
      {{"rope_theta", 10000}}, "cohere/modeling_cohere.py: rotate_half on x[..., ::2], x[..., 1::2]; emb = repeat_interleave(freqs, 2)"},
     {"cohere2", inter, R::First, P::Rope, LR::Pattern, "sliding_window_pattern", 4, N::FullLayers, S::HeadDim, Q::Never, "", QS::None, false,
@@ -210,6 +262,9 @@ inline const std::vector<ModelConventions>& model_table() {
     {"deepseek_v3", inter, R::MlaLast, P::Rope, LR::Uniform, "", 0, N::None, S::MlaMscale, Q::Never, "", QS::None, false,
      {{"rope_theta", 10000}, {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128}, {"kv_lora_rank", 512}, {"q_lora_rank", 1536}},
      "deepseek_v3/modeling_deepseek_v3.py: apply_rotary_pos_emb_interleave when rope_interleave (default true) on q_pe / k_pe (the last qk_rope_head_dim); scaling *= mscale^2"},
+    {"deepseek_v32", inter, R::MlaLast, P::Rope, LR::Uniform, "", 0, N::None, S::MlaMscale, Q::Never, "", QS::None, false,
+     {{"rope_theta", 10000}, {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128}, {"kv_lora_rank", 512}, {"q_lora_rank", 1536}},
+     "deepseek_v32/modeling_deepseek_v32.py: MLA as DeepSeek-V3: apply_rotary_pos_emb_interleave when rope_interleave (default true) on q_pe / k_pe (the last qk_rope_head_dim); scaling *= mscale^2"},
     // ---- no rotation ----
     {"bloom", half, R::First, P::Alibi, LR::Uniform, "", 0, N::All, S::HeadDim, Q::Never, "", QS::None, false,
      {}, "bloom/modeling_bloom.py: build_alibi_tensor (ALiBi, no RoPE)"},
@@ -221,8 +276,41 @@ inline const std::vector<ModelConventions>& model_table() {
      {}, "gpt2/modeling_gpt2.py: learned absolute position embeddings (wpe)"},
     {"jamba", half, R::First, P::None, LR::JambaPeriod, "", 0, N::All, S::HeadDim, Q::Never, "", QS::None, false,
      {{"attn_layer_period", 8}, {"attn_layer_offset", 4}}, "jamba/modeling_jamba.py: attention layers without positional encoding, Mamba layers between"},
+    {"nemotron_h", half, R::First, P::None, LR::HybridPattern, "", 0, N::All, S::HeadDim, Q::Never, "", QS::None, false,
+     {}, "nemotron_h/configuration_nemotron_h.py: hybrid_override_pattern M = Mamba2, * = attention, - = MLP, E = MoE; modeling_nemotron_h.py: attention without positional encoding"},
   };
   // clang-format on
+  const auto row = [&v](const char* name) -> ModelConventions& {
+    for (auto& r : v)
+      if (std::string(r.model_type) == name) return r;
+    throw std::logic_error(std::string("model_table: no row ") + name);
+  };
+  for (const char* q : {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl", "smollm3", "mimo"})
+    row(q).sliding_switch = "use_sliding_window";  // configuration_qwen2.py & co.
+  row("gemma2").softcap_key = "attn_logit_softcapping";  // modeling_gemma2.py: softcap=
+  // configuration_gemma3.py keeps attn_logit_softcapping; modeling_gemma3.py never passes it.
+  row("gemma3_text").stored_unused = "attn_logit_softcapping";
+  row("falcon").alibi_flag = "alibi";       // modeling_falcon.py: alibi replaces rotary
+  row("dbrx").theta_block = "attn_config";  // configuration_dbrx.py: attn_config.rope_theta
+  // ChatGLM (THUDM/chatglm3-6b modeling_chatglm.py, vLLM chatglm.py): base 10000 * rope_ratio,
+  // interleaved pairs unless original_rope is false, head size kv_channels.
+  row("chatglm").theta_factor_key = "rope_ratio";
+  row("chatglm").layout_flag = "original_rope";
+  row("chatglm").head_dim_key = "kv_channels";
+  row("qwen").head_dim_key = "kv_channels";
+  // Baichuan (vLLM baichuan.py): hidden_size 4096 (7B) rotates, the 13B models use ALiBi.
+  row("baichuan").rope_only_hidden = 4096;
+  row("nemotron-nas").block_configs = true;
+  row("deepseek_v32").unmodelled = {
+      {"", "DeepSeek Sparse Attention: a lightning indexer picks the top-k keys each query "
+           "attends (modeling_deepseek_v32.py)"}};
+  row("qwen").unmodelled = {
+      {"use_dynamic_ntk", "Qwen's dynamic NTK: base scaled by (2^ceil(log2(L / seq_length) + 1) - 1)"
+                          "^(d / (d - 2)) past seq_length (modeling_qwen.py)"},
+      {"use_logn_attn", "Qwen's logn attention: q *= log_seq_length(p + 1) past seq_length "
+                        "(modeling_qwen.py)"}};
+  return v;
+  }();
   return t;
 }
 }  // namespace detail
@@ -237,6 +325,8 @@ inline const char* model_conventions_alias(const std::string& model_type) {
   if (model_type == "qwen3_vl_moe_text") return "qwen3_vl_moe";
   if (model_type == "qwen2_5_vl_text") return "qwen2_5_vl";
   if (model_type == "qwen2_vl_text") return "qwen2_vl";
+  if (model_type == "qwen3_5_text") return "qwen3_5";
+  if (model_type == "qwen3_5_moe_text") return "qwen3_5_moe";
   return nullptr;
 }
 

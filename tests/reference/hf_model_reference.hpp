@@ -8,6 +8,10 @@
 //   * v5: the config carries `rope_parameters`, either flat or nested per layer type
 //     ({"full_attention": {...}, "sliding_attention": {...}}), with rope_theta inside.
 // A config is treated as v5 when it has a non-null "rope_parameters" object, else as v4.
+// Model types that transformers does not ship (trust_remote_code: baichuan, chatglm, internlm2,
+// mimo, minicpm, orion, qwen, nemotron-nas) follow the model's own modeling_*.py as published
+// with the checkpoint (a GitHub copy of it), or vLLM's port where that file was not found; each
+// such rule names its source.
 // Class defaults (the configuration class's __init__ / dataclass defaults) stand in for keys
 // that are absent, as transformers does.
 //
@@ -15,6 +19,8 @@
 // rotary_offset and has rotary_dim coordinates; half-split pairs (i, i + rotary_dim/2) are
 // HF's rotate_half, interleaved pairs (2i, 2i+1) are view_as_complex / rotate_every_two /
 // x[..., 0::2] + repeat_interleave. inv_freq[i] is the frequency of pair i at `seq_len`.
+// softmax_scale is the factor on q.k before the softmax (1/sqrt(qk_head_dim) unless the model
+// says otherwise); it is 0 for layers without a softmax (attention "linear" or "none").
 #pragma once
 
 #include <cmath>
@@ -30,7 +36,9 @@ namespace peal_ref::hf {
 
 struct Layer {
   std::string encoding;   // "rope", "mrope" or "none"
-  std::string attention;  // "full", "sliding" or "linear"
+  // "full", "sliding", "linear" (a recurrent mixer: Gated DeltaNet, Mamba) or "none" (no token
+  // mixing at all: an MLP/MoE-only block, a DeciLM no_op or per-token Linear replacement).
+  std::string attention;
   int qk_head_dim = 0;
   int rotary_offset = 0;
   int rotary_dim = 0;
@@ -841,6 +849,359 @@ inline std::vector<Layer> gpt_bigcode(const json& c) {
   return no_rope(c, f, scale);
 }
 
+// ---- families added from the models' own code (transformers v5 tree and remote code) ----------
+
+// A layer without any token mixing: an MLP/MoE-only block or a no-op / per-token Linear
+// replacement of attention. No positions, no softmax.
+inline Layer no_mixing_layer() {
+  Layer l;
+  l.encoding = "none";
+  l.attention = "none";
+  l.qk_head_dim = 0;
+  l.softmax_scale = 0;
+  return l;
+}
+
+// A recurrent (linear-attention / state-space) mixer: no positions, no softmax.
+inline Layer recurrent_layer(int key_dim) {
+  Layer l;
+  l.encoding = "none";
+  l.attention = "linear";
+  l.qk_head_dim = key_dim;
+  l.softmax_scale = 0;
+  return l;
+}
+
+// huggingface/transformers src/transformers/models/deepseek_v32/modular_deepseek_v32.py (and the
+// generated configuration_deepseek_v32.py): DeepseekV32Attention is DeepSeek-V3 MLA whose forward
+// always calls apply_rotary_pos_emb_interleave on q_rot / k_rot (the config class deletes
+// `rope_interleave`: `rope_interleave = AttributeError()`), RoPE on the last qk_rope_head_dim
+// coordinates (config.head_dim is pointed at qk_rope_head_dim), self.scaling inherited from
+// DeepseekV3Attention (qk_head_dim**-0.5, times yarn_get_mscale(factor, mscale_all_dim)**2 when
+// the rope type is not default). The DSA indexer (its own wq_b/wk, half-split
+// apply_rotary_pos_emb, softmax_scale index_head_dim**-0.5, ReLU scores) only selects the top
+// index_topk keys; it is not described here. The MTP layer (model.layers.61) is ignored on load:
+// num_hidden_layers entries. Class defaults: 61 layers, max_position_embeddings 163840.
+inline std::vector<Layer> deepseek_v32(const json& c, double seq_len) {
+  json cc = c;
+  cc["rope_interleave"] = true;
+  return deepseek(cc, seq_len, Family{61, 7168, 128, 0, 10000.0L, 1.0, 163840}, true);
+}
+
+// huggingface/transformers src/transformers/models/minimax_m2/configuration_minimax_m2.py and
+// modeling_minimax_m2.py (v5): convert_rope_params_to_dict sets rope_parameters["rope_theta"]
+// setdefault(default_theta = 5e6) and partial_rotary_factor = kwargs.pop("rotary_dim",
+// head_dim // 2) / head_dim (overriding any partial_rotary_factor); apply_rotary_pos_emb rotates
+// q[..., :rotary_dim] with rotate_half (Glm4Moe style); q_norm / k_norm are RMSNorm over the whole
+// q / k projection (num_heads * head_dim), before RoPE; scaling head_dim**-0.5; every layer full
+// causal attention ("No sliding window opposed to mixtral"); no attn_type_list is read.
+// A top-level rope_theta is NOT read by that conversion (the dict's rope_theta or 5e6 wins); a
+// config whose top-level rope_theta differs from that value is refused rather than guessed.
+inline std::vector<Layer> minimax_m2(const json& c, double seq_len) {
+  const Family f{62, 3072, 48, 128, 5000000.0L, 0.5, 196608};
+  const int hd = head_dim(c, f);
+  Rope r = rope_params(c, f);
+  const long double used_theta = num(r.p, "rope_theta", 5000000.0L);
+  if (has(c, "rope_theta") && !has(r.p, "rope_theta") && !peal_ref::detail::same(num(c, "rope_theta", 0.0L), used_theta)) {
+    fail("minimax_m2: top-level rope_theta differs from the value transformers uses (dict or 5e6)");
+  }
+  r.theta = used_theta;
+  const long long rd = int_any(c, {"rotary_dim"}, hd / 2);
+  r.partial = static_cast<double>(rd) / static_cast<double>(hd);
+  Layer l = rope_layer(hd, rope_freqs(c, r, f, hd, seq_len), false);
+  l.qk_norm = true;
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), l);
+}
+
+// huggingface/transformers src/transformers/models/nemotron_h/configuration_nemotron_h.py and
+// modular_nemotron_h.py / modeling_nemotron_h.py (v5). Layer kinds: layers_block_type, else
+// hybrid_override_pattern ('M' mamba, '*' attention, 'E' moe; the Nemotron-H remote code also has
+// '-' = plain MLP block, which the in-tree _pattern_to_list rejects - it is accepted here as an
+// MLP block), else the class default ["mamba", "moe", "attention", "moe"]. The in-tree config
+// derives num_hidden_layers from that list and ignores a given num_hidden_layers (the remote code
+// asserts they match); this reference must return num_hidden_layers entries, so a mismatch (e.g. a
+// config without its pattern) is refused. NemotronHAttention never calls apply_rotary_pos_emb: no
+// position encoding at all (NoPE), causal full attention (config.sliding_window is not passed to
+// the attention), scaling head_dim**-0.5 (head_dim default 128). Mamba-2 layers: "linear", key
+// dim = ssm_state_size (B/C width, default 128). MLP / MoE blocks mix no tokens: "none".
+inline std::vector<Layer> nemotron_h(const json& c, double /*seq_len*/) {
+  std::vector<std::string> kinds;
+  if (has(c, "layers_block_type") && c.at("layers_block_type").is_array()) {
+    kinds = c.at("layers_block_type").get<std::vector<std::string>>();
+  } else if (has(c, "hybrid_override_pattern") && c.at("hybrid_override_pattern").is_string()) {
+    for (const char ch : c.at("hybrid_override_pattern").get<std::string>()) {
+      if (ch == 'M') kinds.emplace_back("mamba");
+      else if (ch == '*') kinds.emplace_back("attention");
+      else if (ch == 'E') kinds.emplace_back("moe");
+      else if (ch == '-') kinds.emplace_back("mlp");
+      else fail(std::string("nemotron_h: unknown hybrid_override_pattern character '") + ch + "'");
+    }
+  } else {
+    kinds = {"mamba", "moe", "attention", "moe"};  // NemotronHConfig default layers_block_type
+  }
+  if (has(c, "num_hidden_layers") &&
+      static_cast<long long>(kinds.size()) != static_cast<long long>(num(c, "num_hidden_layers", 0.0L))) {
+    fail("nemotron_h: num_hidden_layers (" + std::to_string(static_cast<long long>(num(c, "num_hidden_layers", 0.0L))) +
+         ") does not match the layer pattern length (" + std::to_string(kinds.size()) +
+         (has(c, "hybrid_override_pattern") || has(c, "layers_block_type") ? ")" : ", class default pattern)"));
+  }
+  const Family f{static_cast<long long>(kinds.size()), 4096, 32, 128, 10000.0L, 1.0, 4096};
+  Layer attn = nope_layer(head_dim(c, f));
+  const Layer mamba = recurrent_layer(static_cast<int>(int_any(c, {"ssm_state_size"}, 128)));
+  std::vector<Layer> out;
+  for (const std::string& k : kinds) {
+    if (k == "attention") out.push_back(attn);
+    else if (k == "mamba") out.push_back(mamba);
+    else if (k == "moe" || k == "mlp") out.push_back(no_mixing_layer());
+    else fail("nemotron_h: unknown block type '" + k + "'");
+  }
+  return out;
+}
+
+// huggingface/transformers src/transformers/models/qwen3_5/modular_qwen3_5.py /
+// configuration_qwen3_5.py and src/transformers/models/qwen3_5_moe/modular_qwen3_5_moe.py (text
+// model, config.text_config): Qwen3NextConfig-style layer_types (default "linear_attention" if
+// bool((i + 1) % full_attention_interval) else "full_attention", interval 4); partial_rotary_factor
+// default 0.25 (kwargs.setdefault), head_dim 256. Full layers: Qwen3NextAttention (q_norm/k_norm
+// RMSNorm(head_dim) before RoPE, gated output, scaling head_dim**-0.5) with Qwen3_5TextRotaryEmbedding
+// = Qwen3VLTextRotaryEmbedding (interleaved M-RoPE over mrope_section, default [11, 11, 10]; the
+// config's mrope_interleaved is not read - it is always interleaved) on the frequencies of
+// int(head_dim * partial_rotary_factor) dims, rotate_half on q[..., :rotary_dim]. Linear layers:
+// Gated DeltaNet (no positions, no softmax), key head dim linear_key_head_dim. MTP layers
+// (mtp_num_hidden_layers) are ignored on load (^mtp.*): num_hidden_layers entries.
+inline std::vector<Layer> qwen3_5(const json& c, double seq_len, const Family& f) {
+  const int hd = head_dim(c, f);
+  const long long n = n_layers(c, f);
+  std::vector<std::string> types;
+  if (!explicit_layer_types(c, n, types)) {
+    const long long every = int_any(c, {"full_attention_interval"}, 4);
+    for (long long i = 0; i < n; ++i) types.push_back(((i + 1) % every) != 0 ? "linear_attention" : "full_attention");
+  }
+  Layer full = rope_layer(hd, rope_freqs(c, rope_params(c, f), f, hd, seq_len), false, 0, "mrope");
+  full.qk_norm = true;
+  const Layer lin = recurrent_layer(static_cast<int>(int_any(c, {"linear_key_head_dim"}, 128)));
+  std::vector<Layer> out;
+  for (const std::string& t : types) {
+    if (t == "linear_attention") out.push_back(lin);
+    else if (t == "full_attention") out.push_back(full);
+    else fail("qwen3_5: unknown layer type '" + t + "'");
+  }
+  return out;
+}
+
+// Remote-code llama-style attention (rotate_half over the whole head, head_dim = hidden_size //
+// num_attention_heads, attn_weights / sqrt(head_dim)) with the classic remote-code RotaryEmbedding
+// classes: rope_scaling None -> base rope_theta; {"type": "linear", "factor"} -> positions / factor;
+// {"type": "dynamic", "factor"} -> base * (factor * seq_len / max_position_embeddings - (factor -
+// 1)) ** (dim / (dim - 2)) once seq_len > max_position_embeddings (the same as HF's dynamic rope at
+// that length). Anything else is not covered.
+inline std::vector<Layer> remote_llama(const json& c, double seq_len, const Family& f, const std::string& who) {
+  if (has(c, "rope_parameters")) fail(who + ": rope_parameters is not read by the remote code");
+  if (has(c, "head_dim") && !peal_ref::detail::same(num(c, "head_dim", 0.0L), static_cast<long double>(hidden(c, f) / heads(c, f)))) {
+    fail(who + ": the remote code uses hidden_size // num_attention_heads, not head_dim");
+  }
+  const int hd = static_cast<int>(hidden(c, f) / heads(c, f));
+  if (hd * heads(c, f) != hidden(c, f)) fail(who + ": hidden_size must be divisible by num_attention_heads");
+  const Rope r = rope_params(c, f);
+  if (r.type != "default" && r.type != "linear" && r.type != "dynamic") {
+    fail(who + ": rope_scaling type '" + r.type + "' is not covered (remote code: linear / dynamic only)");
+  }
+  if (r.type != "default" && !has(r.p, "factor")) fail(who + ": rope_scaling needs factor");
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), rope_layer(hd, rope_freqs(c, r, f, hd, seq_len), false));
+}
+
+// Baichuan remote code. vllm-project/vllm vllm/model_executor/models/baichuan.py (the hub's
+// Baichuan2-7B modeling_baichuan.py was not found on GitHub; its 13B sibling was, see below):
+// BaichuanForCausalLM uses ROPE iff hidden_size == 4096 ("baichuan2 7b"), else ALIBI ("baichuan
+// 13b, baichuan2 13b"); BaiChuanForCausalLM (Baichuan-7B) always ROPE. ROPE: get_rope(head_dim,
+// rotary_dim=head_dim, neox style = rotate_half), base 10000 (Baichuan-7B remote code
+// alibaba/alimama-video-narrator modeling_baichuan.py: RotaryEmbedding(head_dim) with its default
+// base=10000, rotate_half, attn_weights / sqrt(head_dim)). ALIBI (Baichuan 13B remote code, e.g.
+// Mrgengli/baichuan_python modeling_baichuan.py: _gen_alibi_mask slopes, matmul / sqrt(head_dim),
+// no rotary): reported as encoding "none" with the 1/sqrt(head_dim) scale, the bias not modelled
+// (as bloom / mpt). A config carrying rope_theta / rope_scaling is refused (the remote code
+// hard-codes base 10000 and has no scaling).
+inline std::vector<Layer> baichuan(const json& c, double /*seq_len*/) {
+  const Family f{32, 4096, 32, 0, 10000.0L, 1.0, 4096};
+  if (has(c, "rope_scaling") || (has(c, "rope_theta") && !peal_ref::detail::same(num(c, "rope_theta", 0.0L), 10000.0L))) {
+    fail("baichuan: rope_theta / rope_scaling are not read by the remote code");
+  }
+  std::string arch;
+  if (has(c, "architectures") && c.at("architectures").is_array() && !c.at("architectures").empty()) {
+    arch = c.at("architectures").at(0).get<std::string>();
+  }
+  const int hd = static_cast<int>(hidden(c, f) / heads(c, f));
+  const bool rope = arch == "BaiChuanForCausalLM" || hidden(c, f) == 4096;
+  if (!rope) return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), nope_layer(hd));
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)),
+                            rope_layer(hd, rope_default(hd, 10000.0L), false));
+}
+
+// ChatGLM2/3 (GLM-4 chat) remote code, modeling_chatglm.py (czk1997/chatglm3-copy, a copy of
+// THUDM/chatglm3-6b): head dim = kv_channels (projection_size = kv_channels * num_attention_heads);
+// rotary_dim = kv_channels (or hidden_size // num_attention_heads if kv_channels is None);
+// RotaryEmbedding(rotary_dim // 2): theta = 1 / base ** (arange(0, n_elem, 2) / n_elem) with
+// n_elem = rotary_dim // 2 and base = 10000 * rope_ratio (rope_ratio: ChatGLM3-6B-32k / GLM-4
+// versions of the same file, `base = base * self.rope_ratio`, default 1); apply_rotary_pos_emb
+// rotates x[..., :rot_dim] with rot_dim = 2 * len(theta) as pairs (x[2i], x[2i+1]) (interleaved),
+// the other half of the head passes through. CoreAttention: SDPA default scale (1/sqrt(head dim)),
+// or baddbmm alpha 1/(sqrt(hn) * layer_number) then * layer_number (apply_query_key_layer_scaling)
+// - the same 1/sqrt(kv_channels) either way. The cache is rotary_pos_emb(config.seq_length)
+// indexed by position_ids, so positions >= seq_length are out of range: refused. original_rope is
+// not read. ChatGLM-6B v1 (position_encoding_2d) is a different model: not covered.
+inline std::vector<Layer> chatglm(const json& c, double seq_len) {
+  const Family f{28, 4096, 32, 0, 10000.0L, 1.0, 2048};
+  if (truthy(c, "position_encoding_2d")) fail("chatglm: ChatGLM-6B v1 (position_encoding_2d) is not covered");
+  const long long kvc = has(c, "kv_channels") ? int_any(c, {"kv_channels"}, 128) : (c.contains("kv_channels") ? 0 : 128);
+  const int rotary = static_cast<int>(kvc > 0 ? kvc : hidden(c, f) / heads(c, f));
+  const int qk = static_cast<int>(kvc > 0 ? kvc : hidden(c, f) / heads(c, f));
+  const int n_elem = rotary / 2;
+  if (n_elem < 2 || n_elem % 2 != 0) fail("chatglm: rotary dim // 2 must be even and >= 2");
+  const long long seq_length = int_any(c, {"seq_length"}, 2048);
+  if (seq_len > static_cast<double>(seq_length)) {
+    fail("chatglm: positions beyond config.seq_length index past the rotary cache");
+  }
+  const long double base = 10000.0L * num(c, "rope_ratio", 1.0L);
+  const RopeRef rr{peal_ref::detail::base_inv_freq(n_elem, base), 1.0L, n_elem};
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), rope_layer(qk, rr, true));
+}
+
+// InternLM2 remote code, modeling_internlm2.py (NanSang2000/S1mpleAgent, a copy of the
+// internlm/internlm2 hub file): head_dim = hidden_size // num_attention_heads, wqkv grouped per KV
+// head (layout only), InternLM2RotaryEmbedding(head_dim, max_position_embeddings, base=rope_theta)
+// with rope_scaling["type"] "dynamic" (InternLM2DynamicNTKScalingRotaryEmbedding) or "linear",
+// rotate_half over the whole head, attn_weights / sqrt(head_dim). InternLM2Config defaults:
+// rope_theta 10000, max_position_embeddings 2048.
+inline std::vector<Layer> internlm2(const json& c, double seq_len) {
+  return remote_llama(c, seq_len, Family{32, 4096, 32, 0, 10000.0L, 1.0, 2048}, "internlm2");
+}
+
+// MiMo remote code, modeling_mimo.py (XiaomiMiMo/MiMo; the stored copy carries extra text after
+// the original classes): MiMoModel(Qwen2Model) with num_hidden_layers Qwen2 decoder layers plus
+// config.num_nextn_predict_layers MiMoMTPLayers that Qwen2Model.forward never runs (MTP heads for
+// speculative decoding): the decoder is Qwen2's, so the Qwen2 rule (modeling_qwen2.py) applies to
+// num_hidden_layers entries. MiMoConfig is a Qwen2Config (configuration_mimo.py not found; the
+// published configs carry every key read here).
+inline std::vector<Layer> mimo(const json& c, double seq_len) {
+  if (truthy(c, "use_mrope")) fail("mimo: use_mrope is not covered");
+  return qwen2_like(c, seq_len, Family{32, 4096, 32, 0, 10000.0L, 1.0, 32768}, false, 28);
+}
+
+// MiniCPM (1/2) remote code, modeling_minicpm.py (oshersidi/OCD, a copy of the openbmb hub file):
+// MiniCPMAttention is LlamaAttention (head_dim = hidden_size // num_attention_heads, rotate_half
+// over the whole head, linear / dynamic MiniCPM*RotaryEmbedding, attn_weights / sqrt(head_dim)).
+// scale_emb, scale_depth / sqrt(num_layers) and dim_model_base scale the embeddings, the residual
+// branches and the logits only - not q, k or the softmax. MiniCPM-3 (MLA) / MiniCPM-4 (longrope,
+// InfLLM-v2 sparse_config) variants are not covered.
+inline std::vector<Layer> minicpm(const json& c, double seq_len) {
+  if (truthy(c, "sparse_config")) fail("minicpm: sparse_config (InfLLM v2) is not covered");
+  if (has(c, "kv_lora_rank") || has(c, "qk_rope_head_dim")) fail("minicpm: MiniCPM3 MLA is not covered");
+  return remote_llama(c, seq_len, Family{32, 4096, 32, 0, 10000.0L, 1.0, 2048}, "minicpm");
+}
+
+// Orion: vllm-project/vllm vllm/model_executor/models/orion.py ("Adapted from
+// OrionStarAI/Orion-14B-Base modeling_orion.py", which was not found on GitHub): head_dim =
+// hidden_size // num_attention_heads, get_rope(head_dim, rotary_dim=head_dim, base=rope_theta
+// (10000), rope_scaling) neox style = rotate_half, scaling head_dim**-0.5, every layer the same.
+inline std::vector<Layer> orion(const json& c, double seq_len) {
+  return remote_llama(c, seq_len, Family{40, 5120, 40, 0, 10000.0L, 1.0, 4096}, "orion");
+}
+
+// Qwen (v1) remote code, modeling_qwen.py (mapengAdam/qianwen-72B, a copy of the Qwen hub file in
+// its final form, shared by Qwen-1.8B/7B/14B/72B) and QWenConfig defaults (kv_channels 128,
+// rotary_pct 1.0, rotary_emb_base 10000, use_dynamic_ntk True, use_logn_attn True; seq_length is
+// not a constructor default, so it must be in the config). head_dim = hidden_size //
+// num_attention_heads (must equal kv_channels: c_attn is split by hidden_size, projection by
+// kv_channels); rotary dim = kv_channels, or int(kv_channels * rotary_pct) if rotary_pct != 1;
+// _rotate_half splits "(j d)" with j=2 (half-split), t[..., :rot_dim] rotated. Inference:
+//  * dynamic NTK (use_dynamic_ntk, prefill of kv_seq_len tokens, no padding): ntk_alpha =
+//    max(2 ** ceil(log(kv_seq_len / seq_length, 2) + 1) - 1, 1) (Python floats, mirrored in
+//    double), base = rotary_emb_base * ntk_alpha ** (dim / (dim - 2)); decode steps reuse the
+//    prefill alpha, so inv_freq here is the one for a prefill of seq_len tokens;
+//  * logn (use_logn_attn, not training): query *= logn_list[p] for 0-based position p, logn_list[p]
+//    = log(p + 1, seq_length) if p + 1 > seq_length else 1, a table of 32767 entries (longer
+//    sequences fail to broadcast: refused);
+//  * softmax scale 1/sqrt(head_dim) (scale_attn_weights is hard-coded True; SDPA/flash default).
+inline std::vector<Layer> qwen1(const json& c, double seq_len) {
+  const Family f{32, 4096, 32, 0, 10000.0L, 1.0, 8192};
+  const long long kvc = int_any(c, {"kv_channels"}, 128);
+  const int hd = static_cast<int>(hidden(c, f) / heads(c, f));
+  if (static_cast<long long>(hd) * heads(c, f) != hidden(c, f) || kvc != hd) {
+    fail("qwen: kv_channels * num_attention_heads must equal hidden_size");
+  }
+  if (!has(c, "seq_length")) fail("qwen: seq_length is required by the remote code (no default)");
+  const double seq_length = static_cast<double>(num(c, "seq_length", 0.0L));
+  const double pct = static_cast<double>(num(c, "rotary_pct", 1.0L));
+  int dim = static_cast<int>(kvc);
+  if (pct < 1.0 || pct > 1.0) {
+    if (!(pct < 1.0)) fail("qwen: rotary_pct must be <= 1");
+    dim = static_cast<int>(static_cast<double>(kvc) * pct);
+  }
+  if (dim < 4 || dim % 2 != 0) fail("qwen: rotary dim must be even and >= 4");
+  long double base = num(c, "rotary_emb_base", 10000.0L);
+  if (truthy(c, "use_dynamic_ntk", true)) {
+    const double context_value = std::log(seq_len / seq_length) / std::log(2.0) + 1.0;
+    double alpha = std::pow(2.0, std::ceil(context_value)) - 1.0;
+    if (alpha < 1.0) alpha = 1.0;
+    const long double d = static_cast<long double>(dim);
+    base = base * std::pow(static_cast<long double>(alpha), d / (d - 2.0L));
+  }
+  Layer l = rope_layer(hd, RopeRef{peal_ref::detail::base_inv_freq(dim, base), 1.0L, dim}, false);
+  if (truthy(c, "use_logn_attn", true)) {
+    if (seq_len > 32767.0) fail("qwen: use_logn_attn covers at most 32767 positions");
+    const long double sl = static_cast<long double>(seq_length);
+    l.query_scale = [sl](long double pos) {
+      const long double i = pos + 1.0L;
+      return i > sl ? std::log(i) / std::log(sl) : 1.0L;
+    };
+  }
+  return std::vector<Layer>(static_cast<std::size_t>(n_layers(c, f)), l);
+}
+
+// nemotron-nas (DeciLM: Llama-3.1/3.3-Nemotron-Nano/Super/Ultra) remote code, modeling_decilm.py
+// (the NVIDIA hub file; the stored copy found by content carries later additions - mamba, llama4,
+// mistral_yarn - that these configs do not use) and vllm-project/vllm
+// vllm/model_executor/models/nemotron_nas.py: DeciLMDecoderLayer reads config.block_configs[i]
+// (there is no default: a config without block_configs cannot build a layer - refused).
+// attention.no_op -> no attention sublayer at all; attention.replace_with_linear ->
+// DeciLMLinearAttention = Linear(hidden, hidden) per token: both mix no tokens ("none").
+// Otherwise DeciLMAttention: num_key_value_heads = num_heads // n_heads_in_group, head_dim =
+// config.head_dim or hidden_size // num_attention_heads, position_embedding_type "rope" (default)
+// -> DeciLMRotaryEmbedding.llama3_forward: ROPE_INIT_FUNCTIONS[rope_scaling type] (transformers
+// 4.44.2 copy, llama3 in these checkpoints), rotate_half over the whole head, attn_weights /
+// sqrt(head_dim). Sinks, windows, sparsify-only-in-training aside, anything else is refused.
+inline std::vector<Layer> nemotron_nas(const json& c, double seq_len) {
+  const Family f{32, 4096, 32, 0, 10000.0L, 1.0, 2048};
+  if (!has(c, "block_configs") || !c.at("block_configs").is_array()) {
+    fail("nemotron-nas: config has no block_configs (DeciLM builds each layer from block_configs[i])");
+  }
+  const json& blocks = c.at("block_configs");
+  const long long n = n_layers(c, f);
+  if (static_cast<long long>(blocks.size()) < n) fail("nemotron-nas: block_configs shorter than num_hidden_layers");
+  const std::string pe = has(c, "position_embedding_type") ? c.at("position_embedding_type").get<std::string>() : "rope";
+  if (pe != "rope") fail("nemotron-nas: position_embedding_type '" + pe + "' is not covered");
+  long long hdl = int_any(c, {"head_dim"}, 0);
+  if (hdl <= 0) hdl = hidden(c, f) / heads(c, f);
+  const int hd = static_cast<int>(hdl);
+  const Layer attn = rope_layer(hd, rope_freqs(c, rope_params(c, f), f, hd, seq_len), false);
+  std::vector<Layer> out;
+  for (long long i = 0; i < n; ++i) {
+    const json& b = blocks.at(static_cast<std::size_t>(i));
+    const json a = has(b, "attention") ? b.at("attention") : json::object();
+    if (truthy(a, "no_op") || truthy(a, "replace_with_linear")) {
+      out.push_back(no_mixing_layer());
+      continue;
+    }
+    for (const char* k : {"num_sink_tokens", "unshifted_sink", "use_prefill_window_in_sink_attention",
+                          "window_length", "prefill_sliding_window", "mamba", "llama4", "is_mamba", "is_llama4"}) {
+      if (truthy(a, k)) fail(std::string("nemotron-nas: attention.") + k + " is not covered");
+    }
+    if (!has(a, "n_heads_in_group")) fail("nemotron-nas: attention block needs n_heads_in_group");
+    out.push_back(attn);
+  }
+  return out;
+}
+
 inline const json& text_config(const json& c) {
   if (has(c, "text_config") && c.at("text_config").is_object()) return c.at("text_config");
   return c;
@@ -905,6 +1266,7 @@ inline std::vector<Layer> dispatch(const json& c, const std::string& mt, double 
   // Kimi K2: model_type "kimi_k2", architectures DeepseekV3ForCausalLM (its remote code is
   // DeepSeek-V3's modeling file).
   if (mt == "deepseek_v3" || mt == "kimi_k2") return deepseek(c, seq_len, Family{61, 7168, 128, 0, 10000.0L, 1.0, 4096}, true);
+  if (mt == "deepseek_v32") return deepseek_v32(c, seq_len);
   if (mt == "hunyuan_v1_dense" || mt == "hunyuan_v1_moe") return hunyuan(c, seq_len);
   if (mt == "gpt_neox") return gpt_neox(c, seq_len);
   if (mt == "gptj") return gptj(c, seq_len);
@@ -916,6 +1278,21 @@ inline std::vector<Layer> dispatch(const json& c, const std::string& mt, double 
     return no_rope(c, f, 1.0L / std::sqrt(static_cast<long double>(head_dim(c, f))));
   }
   if (mt == "mpt") return mpt(c);
+  if (mt == "minimax_m2") return minimax_m2(c, seq_len);
+  if (mt == "nemotron_h") return nemotron_h(c, seq_len);
+  if (mt == "qwen3_5") return qwen3_5(text_config(c), seq_len, Family{32, 4096, 16, 256, 10000.0L, 0.25, 32768});
+  if (mt == "qwen3_5_text") return qwen3_5(c, seq_len, Family{32, 4096, 16, 256, 10000.0L, 0.25, 32768});
+  if (mt == "qwen3_5_moe") return qwen3_5(text_config(c), seq_len, Family{40, 2048, 16, 256, 10000.0L, 0.25, 32768});
+  if (mt == "qwen3_5_moe_text") return qwen3_5(c, seq_len, Family{40, 2048, 16, 256, 10000.0L, 0.25, 32768});
+  // Remote-code (trust_remote_code) models: rules read from the models' own modeling files.
+  if (mt == "baichuan") return baichuan(c, seq_len);
+  if (mt == "chatglm") return chatglm(c, seq_len);
+  if (mt == "internlm2") return internlm2(c, seq_len);
+  if (mt == "mimo") return mimo(c, seq_len);
+  if (mt == "minicpm") return minicpm(c, seq_len);
+  if (mt == "orion") return orion(c, seq_len);
+  if (mt == "qwen") return qwen1(c, seq_len);
+  if (mt == "nemotron-nas") return nemotron_nas(c, seq_len);
   if (mt == "gpt_bigcode") return gpt_bigcode(c);
   fail("model_type '" + mt + "' is not covered");
 }

@@ -36,7 +36,9 @@ inline const std::set<std::string>& used_keys() {
       "full_attention_interval", "attention_chunk_size", "qk_rope_head_dim", "qk_nope_head_dim",
       "v_head_dim", "kv_lora_rank", "q_lora_rank", "rope_interleave", "num_hidden_layers",
       "n_layer", "n_layers", "n_heads", "num_layers", "attn_layer_period", "attn_layer_offset", "alibi", "attn_config",
-      "num_key_value_heads", "position_embedding_type"};
+      "num_key_value_heads", "position_embedding_type", "rope_ratio", "original_rope", "kv_channels",
+      "hybrid_override_pattern", "block_configs", "use_dynamic_ntk", "use_logn_attn",
+      "linear_key_head_dim"};
   return k;
 }
 // The used keys that only some architectures read: listed when a config has one that its
@@ -49,7 +51,8 @@ inline const std::vector<const char*>& family_keys() {
       "attention_chunk_size", "qk_rope_head_dim", "qk_nope_head_dim", "kv_lora_rank",
       "q_lora_rank", "rope_interleave", "attn_layer_period", "attn_layer_offset", "use_qk_norm",
       "qk_layernorm", "sliding_window", "sliding_window_pattern", "use_sliding_window",
-      "max_window_layers", "alibi"};
+      "max_window_layers", "alibi", "rope_ratio", "original_rope", "hybrid_override_pattern",
+      "block_configs", "use_dynamic_ntk", "use_logn_attn"};
   return k;
 }
 // Keys inside rope_scaling / rope_parameters that peal reads.
@@ -80,6 +83,14 @@ inline const char* irrelevant_key(const std::string& k) {
       {"attn_implementation", "kernel choice"},
       {"_attn_implementation", "kernel choice"},
       {"torch_dtype", "storage type"},
+      {"use_flash_attn", "kernel choice"},
+      {"apply_query_key_layer_scaling", "fp16 guard: q.k divided by the layer number, multiplied back before the softmax"},
+      {"multi_query_attention", "kv-head sharing, not positions"},
+      {"multi_query_group_num", "kv-head count"},
+      {"attn_output_gate", "a gate on the attention output, after the softmax"},
+      {"scale_emb", "scale of the embeddings"},
+      {"scale_depth", "scale of the residual branch"},
+      {"rescale_prenorm_residual", "initialisation"},
   };
   for (const auto& e : list)
     if (k == e[0]) return e[1];
@@ -129,7 +140,8 @@ struct ModelReader {
     const std::string top_type = mt && mt->is_string() ? mt->get<std::string>() : "";
     const bool wrapper = top_type == "gemma3" || top_type == "llama4" || top_type == "mistral3" ||
                          top_type == "qwen3_vl" || top_type == "qwen3_vl_moe" ||
-                         top_type == "gemma3n";
+                         top_type == "gemma3n" || top_type == "qwen3_5" ||
+                         top_type == "qwen3_5_moe";
     const bool bare = !find(top, "head_dim") && !find(top, "hidden_size") &&
                       !find(top, "rope_scaling") && !find(top, "rope_parameters");
     if (text && text->is_object() && (wrapper || bare)) {
@@ -141,13 +153,13 @@ struct ModelReader {
       j = top;
       out.model_type = top_type;
     }
-    if (out.model_type == "dbrx" && !find(j, "rope_theta"))
-      if (const json* ac = find(j, "attn_config"))
-        if (const json* th = find(*ac, "rope_theta")) {
-          j["rope_theta"] = *th;  // DBRX keeps its base in attn_config
-          fact("rope_theta", dump(*th), "config: attn_config.rope_theta (DBRX)");
-        }
     conv = model_conventions(out.model_type);
+    if (conv && *conv->theta_block && !find(j, "rope_theta"))
+      if (const json* ac = find(j, conv->theta_block))
+        if (const json* th = find(*ac, "rope_theta")) {
+          j["rope_theta"] = *th;
+          fact("rope_theta", dump(*th), std::string("config: ") + conv->theta_block + ".rope_theta");
+        }
     out.architecture_known = conv != nullptr;
     if (conv)
       fact("architecture", conv->model_type, std::string("architecture table: ") + conv->source);
@@ -159,6 +171,12 @@ struct ModelReader {
 
   void class_defaults() {
     if (!conv) return;
+    if (*conv->head_dim_key && !find(j, "head_dim"))
+      if (const json* hd = find(j, conv->head_dim_key)) {
+        j["head_dim"] = *hd;
+        read_keys.insert(conv->head_dim_key);
+        fact("head_dim", dump(*hd), std::string("config: ") + conv->head_dim_key);
+      }
     for (const ClassDefault& d : conv->defaults) {
       if (find(j, d.key)) continue;
       // v5 configs keep rope_theta in rope_parameters.
@@ -201,7 +219,8 @@ struct ModelReader {
     if (!n) {
       const bool uniform = !conv || ((conv->layer_rule == LayerRule::Uniform ||
                                       conv->layer_rule == LayerRule::AllSliding ||
-                                      (conv->layer_rule == LayerRule::QwenMaxWindow &&
+                                      ((conv->layer_rule == LayerRule::QwenMaxWindow ||
+                                        conv->layer_rule == LayerRule::QwenMoeAlternate) &&
                                        !flg("use_sliding_window", false))) &&
                                      (conv->nope == NopeRule::None || conv->nope == NopeRule::All) &&
                                      !conv->local_rope);
@@ -227,6 +246,7 @@ struct ModelReader {
       fact("layer types", "layer_types", "config: layer_types");
       return t;
     }
+    if (conv && conv->layer_rule == LayerRule::HybridPattern) return hybrid_pattern(n);
     std::vector<std::string> t(std::size_t(n), "full_attention");
     const LayerRule rule = conv ? conv->layer_rule : LayerRule::Uniform;
     switch (rule) {
@@ -267,6 +287,15 @@ struct ModelReader {
           if (rope[std::size_t(i)]) t[std::size_t(i)] = "chunked_attention";
         break;
       }
+      case LayerRule::QwenMoeAlternate: {
+        const long long below = int_key("max_window_layers").value_or(n);
+        if (flg("use_sliding_window", false) && key("sliding_window"))
+          for (int i = 0; i < n && i < below; ++i)
+            if ((i + 1) % 2 != 0) t[std::size_t(i)] = "sliding_attention";
+        break;
+      }
+      case LayerRule::HybridPattern:
+        break;  // hybrid_pattern above
       case LayerRule::JambaPeriod: {
         const long long per = int_key("attn_layer_period").value_or(8);
         const long long off = int_key("attn_layer_offset").value_or(4);
@@ -277,6 +306,48 @@ struct ModelReader {
       }
     }
     return t;
+  }
+
+  // configuration_nemotron_h.py: one character per layer, M Mamba2, * attention, - MLP, E MoE.
+  // Without the pattern transformers builds its 4-layer default, which is not the model.
+  std::vector<std::string> hybrid_pattern(int n) {
+    const json* p = key("hybrid_override_pattern");
+    if (!p) bad("hybrid_override_pattern (or layer_types) is missing: which layers attend is unknown");
+    if (!p->is_string() || p->get<std::string>().size() != std::size_t(n))
+      bad("hybrid_override_pattern must be a string of num_hidden_layers characters");
+    std::vector<std::string> t;
+    for (char c : p->get<std::string>()) {
+      if (c == '*') t.push_back("full_attention");
+      else if (c == 'M') t.push_back("mamba");
+      else if (c == '-') t.push_back("mlp");
+      else if (c == 'E') t.push_back("moe");
+      else bad(std::string("hybrid_override_pattern: unknown layer character '") + c + "'");
+    }
+    fact("layer types", "hybrid_override_pattern", "config: hybrid_override_pattern");
+    return t;
+  }
+
+  // DeciLM (modeling_decilm.py): block_configs[i].attention.no_op or .replace_with_linear
+  // leaves layer i without attention.
+  void decilm_blocks(std::vector<std::string>& t) {
+    const json* b = key("block_configs");
+    if (!b) {
+      out.not_modelled.push_back({"block_configs", "(missing)",
+                                  "DeciLM's per-layer blocks decide which layers attend", true});
+      if (!opt.allow_not_modelled)
+        bad("block_configs is missing: DeciLM's per-layer blocks decide which layers attend; "
+            "pass ModelReadOptions::allow_not_modelled to read every layer as attention");
+      return;
+    }
+    if (!b->is_array() || b->size() != t.size())
+      bad("block_configs must be an array of num_hidden_layers objects");
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const json* a = (*b)[i].is_object() ? find((*b)[i], "attention") : nullptr;
+      if (!a || !a->is_object()) bad("block_configs[" + std::to_string(i) + "].attention is missing");
+      if (flag(*a, "no_op", false)) t[i] = "no_attention";
+      else if (flag(*a, "replace_with_linear", false)) t[i] = "linear_replacement";
+    }
+    fact("layer types", "block_configs", "config: block_configs[i].attention");
   }
 
   // no_rope_layers: 1 = RoPE, 0 = NoPE; default (i + 1) % no_rope_layer_interval != 0.
@@ -310,6 +381,11 @@ struct ModelReader {
   json rope_json(const std::string& t, bool& nope) {
     json r = j;
     nope = false;
+    if (conv && *conv->theta_factor_key)
+      if (const auto f = num(conv->theta_factor_key)) {
+        if (!(*f > 0) || !std::isfinite(*f)) bad(std::string(conv->theta_factor_key) + " must be > 0");
+        r["rope_theta"] = r.value("rope_theta", 10000.0) * *f;
+      }
     const json* p = key("rope_parameters");
     if (p && p->is_object() && !p->empty()) {
       bool nested = true;
@@ -355,7 +431,9 @@ struct ModelReader {
       offset = int(nope);
       return c;
     }
-    RopeConfig c = read_rope_keys(r, lay);
+    Layout l = lay;
+    if (!opt.layout && conv && *conv->layout_flag && !flg(conv->layout_flag, true)) l = Layout::HalfSplit;
+    RopeConfig c = read_rope_keys(r, l);
     qk_head_dim = c.head_dim;
     offset = 0;
     return c;
@@ -432,7 +510,10 @@ struct ModelReader {
       if (const json* ac = key("attn_config"))
         if (const auto b = number(*ac, "alibi_bias_max", "attn_config.")) L.alibi_max_bias = *b;
     }
-    if (out.model_type == "falcon" && flg("alibi", false)) {
+    const bool alibi_flag = conv && *conv->alibi_flag && flg(conv->alibi_flag, false);
+    const bool alibi_size = conv && conv->rope_only_hidden &&
+                            int_key("hidden_size").value_or(conv->rope_only_hidden) != conv->rope_only_hidden;
+    if (alibi_flag || alibi_size) {
       L.encoding = LayerEncoding::Alibi;
       L.alibi_max_bias = 8.0;
     }
@@ -441,14 +522,20 @@ struct ModelReader {
     if (const auto v = int_key("v_head_dim")) L.v_head_dim = int(*v);
     L.softmax_scale = softmax_scale(L);
     window_and_extras(L, rope_flags[std::size_t(i)] != 0);
+    if (L.attention == LayerAttention::Linear) {
+      // No softmax in a linear-attention / state-space / MLP-only layer: no scale, no qk-norm
+      // of the softmax attention; the key size is the linear layer's (Qwen3-Next, Qwen3.5).
+      L.softmax_scale = 0;
+      L.qk_norm = false;
+      L.qk_head_dim = int(int_key("linear_key_head_dim").value_or(L.qk_head_dim));
+    }
     return L;
   }
 
   void window_and_extras(LayerPositions& L, bool rope_layer) {
     if (L.attention == LayerAttention::Sliding) {
       bool use = true;
-      if (conv && (conv->layer_rule == LayerRule::QwenMaxWindow || out.model_type == "smollm3"))
-        use = flg("use_sliding_window", false);
+      if (conv && *conv->sliding_switch) use = flg(conv->sliding_switch, false);
       const auto w = int_key("sliding_window");
       if (use && w && *w > 0)
         L.sliding_window = *w;
@@ -462,8 +549,8 @@ struct ModelReader {
       else
         L.attention = LayerAttention::Full;
     }
-    if (out.model_type == "gemma2")
-      if (const auto s = num("attn_logit_softcapping")) L.softcap = *s;
+    if (conv && *conv->softcap_key)
+      if (const auto s = num(conv->softcap_key)) L.softcap = *s;
     if (conv) {
       if (conv->qk_norm == QkNormRule::Always) L.qk_norm = true;
       if (conv->qk_norm == QkNormRule::Key) L.qk_norm = flg(conv->qk_norm_key, false);
@@ -517,6 +604,13 @@ struct ModelReader {
       else if (positional_name(k) && !(it.value().is_boolean() && !it.value().get<bool>()))
         add(k, it.value(), "not read by peal", false);
     }
+    if (conv)
+      for (const Unmodelled& u : conv->unmodelled) {
+        if (!*u.key)
+          add("(architecture)", json(conv->model_type), u.why, true);
+        else if (flg(u.key, false))
+          add(u.key, *find(j, u.key), u.why, true);
+      }
     // Keys that only some architectures' code reads (query_pre_attn_scalar in a Llama, ...).
     for (const char* k : family_keys())
       if (const json* v = find(given, k))
@@ -533,9 +627,9 @@ struct ModelReader {
               true);
       }
     }
-    if (out.model_type == "gemma3_text" && find(j, "attn_logit_softcapping"))
-      fact("attn_logit_softcapping", dump(j["attn_logit_softcapping"]),
-           "stored, but modeling_gemma3.py does not pass it to the attention: not applied");
+    if (conv && *conv->stored_unused && find(j, conv->stored_unused))
+      fact(conv->stored_unused, dump(j[conv->stored_unused]),
+           "stored, but this architecture's code never applies it (architecture table)");
   }
 
   void read(const json& top) {
@@ -543,7 +637,8 @@ struct ModelReader {
     given = j;
     class_defaults();
     const int n = layer_count();
-    const std::vector<std::string> types = layer_types(n);
+    std::vector<std::string> types = layer_types(n);
+    if (conv && conv->block_configs) decilm_blocks(types);
     const std::vector<int> rope_flags =
         conv && conv->nope == NopeRule::NoRopeLayers ? no_rope_layers(n)
                                                      : std::vector<int>(std::size_t(n), 1);
