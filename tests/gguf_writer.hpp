@@ -2,12 +2,17 @@
 // corpus generator (tests/fuzz/gen_gguf_corpus.cpp): written from ggml's docs/gguf.md, byte by
 // byte, independently of include/peal/gguf_config.hpp. Values are appended raw, so a test can
 // also write malformed files (wrong types, absurd counts) through the low-level calls.
+// SparseBuf serves a file of any size (written bytes, then a fill byte) without the file, and
+// counts what the reader takes from it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <streambuf>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace peal_test {
@@ -139,5 +144,47 @@ inline void write_file(const std::string& path, const Bytes& b) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
+
+// A seekable read-only stream of `size` bytes: `head`, then `fill` up to the end (a sparse file
+// of any size, e.g. 16 GiB, with no file). `served` counts the bytes handed to the reader: a
+// bound on its work that does not depend on the machine's speed.
+class SparseBuf : public std::streambuf {
+ public:
+  SparseBuf(Bytes head, std::uint64_t size, unsigned char fill = 0)
+      : head_(std::move(head)), size_(size), fill_(fill) {}
+  std::uint64_t served = 0;
+
+ protected:
+  int_type underflow() override {
+    if (pos_ >= size_) return traits_type::eof();
+    const std::uint64_t n = std::min<std::uint64_t>(sizeof(buf_), size_ - pos_);
+    for (std::uint64_t k = 0; k < n; ++k)
+      buf_[k] = static_cast<char>(pos_ + k < head_.size() ? head_[pos_ + k] : fill_);
+    setg(buf_, buf_, buf_ + n);
+    pos_ += n;
+    served += n;
+    return traits_type::to_int_type(buf_[0]);
+  }
+  pos_type seekoff(off_type off, std::ios_base::seekdir dir, std::ios_base::openmode) override {
+    const off_type here = off_type(pos_) - off_type(egptr() - gptr());
+    const off_type to = dir == std::ios_base::beg   ? off
+                        : dir == std::ios_base::cur ? here + off
+                                                    : off_type(size_) + off;
+    if (to < 0 || std::uint64_t(to) > size_) return pos_type(off_type(-1));
+    pos_ = std::uint64_t(to);
+    setg(buf_, buf_, buf_);  // the buffer no longer matches pos_
+    return pos_type(to);
+  }
+  pos_type seekpos(pos_type p, std::ios_base::openmode m) override {
+    return seekoff(off_type(p), std::ios_base::beg, m);
+  }
+
+ private:
+  Bytes head_;
+  std::uint64_t size_;
+  unsigned char fill_;
+  std::uint64_t pos_ = 0;  // the stream position of egptr()
+  char buf_[4096];
+};
 
 }  // namespace peal_test

@@ -4,15 +4,26 @@
 // sizes follow the published configs, tensors other than the RoPE ones are tiny stand-ins.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <future>
+#include <istream>
 #include <peal/gguf_config.hpp>
 #include <peal/peal.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+#if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define PEAL_TEST_HAVE_MKFIFO 1
+#endif
 
 #include "gguf_writer.hpp"
 #include "tolerances.hpp"
@@ -679,4 +690,296 @@ TEST_CASE("gguf: an invalid RoPE configuration names the file and the keys read"
   const std::string fe = error_of([&] { from(f.bytes(), "ff.gguf"); });
   CHECK(contains(fe, "frequency_factors[3] must be finite and > 0"));
   CHECK(contains(fe, "ff.gguf"));
+}
+
+// ---- Hostile files (issue 19): bounded time and memory, messages that survive their bytes ----
+
+namespace {
+
+// The header of a GGUF v3 file.
+Bytes header(std::uint64_t tensor_count, std::uint64_t kv_count) {
+  Bytes b = {'G', 'G', 'U', 'F'};
+  put_u32(b, 3);
+  put_u64(b, tensor_count);
+  put_u64(b, kv_count);
+  return b;
+}
+
+// gguf_metadata_from_stream over a SparseBuf: head, then fill up to size bytes.
+struct SparseRead {
+  SparseBuf buf;
+  std::istream in;
+  SparseRead(Bytes head, std::uint64_t size, unsigned char fill = 0)
+      : buf(std::move(head), size, fill), in(&buf) {}
+  peal::GgufMetadata read() { return peal::gguf_metadata_from_stream(in, "sparse.gguf"); }
+};
+
+}  // namespace
+
+TEST_CASE("gguf: counts of a sparse file are capped before anything is reserved",
+          "[gguf][limits][gguf_sparse_counts]") {
+  // A 24-byte header in front of 16 GiB of zeros (a sparse file): the bytes left hold
+  // 715 million minimal tensor infos, and reserving for them was a std::bad_alloc.
+  for (const std::uint64_t size :
+       {std::uint64_t(4) << 30, std::uint64_t(16) << 30, std::uint64_t(1) << 50}) {
+    SparseRead r(header((size - 24) / 24, 0), size);
+    const std::string e = error_of([&] { r.read(); });
+    CHECK(contains(e, "gguf_max_tensor_count"));
+    CHECK(contains(e, "byte 8"));
+    CHECK(r.buf.served <= 4096);  // the header only
+  }
+  SparseRead kv(header(0, peal::gguf_max_kv_count + 1), std::uint64_t(16) << 30);
+  CHECK(contains(error_of([&] { kv.read(); }), "gguf_max_kv_count"));
+  // At the cap, the zeros are read as 2^20 tensor infos named "" (24 MB), then the repeat
+  // is named.
+  SparseRead at_cap(header(peal::gguf_max_tensor_count, 0), std::uint64_t(16) << 30);
+  const std::string e = error_of([&] { at_cap.read(); });
+  CHECK(contains(e, "duplicate tensor name"));
+  CHECK(at_cap.buf.served <= (std::uint64_t(64) << 20));  // the tensor infos, not the 16 GiB
+  // A file, sparse on disk, takes the same path (gguf_metadata_from_file reads a stream).
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() / "peal_test_sparse_count.gguf";
+  write_file(path.string(), header((std::uint64_t(16) << 30) / 24 - 1, 0));
+  std::error_code ec;
+  fs::resize_file(path, std::uint64_t(16) << 30, ec);
+  if (!ec)
+    CHECK(contains(error_of([&] { peal::gguf_metadata_from_file(path.string()); }),
+                   "gguf_max_tensor_count"));
+  else
+    WARN("cannot make a sparse 16 GiB file here: " << ec.message());
+  fs::remove(path);
+}
+
+TEST_CASE("gguf: 2^20 tensor infos: unique names checked by one sort",
+          "[gguf][limits][gguf_dup_names]") {
+  // gguf_max_tensor_count minimal tensor infos (31 bytes each, 32 MB): a pairwise check of
+  // their names is 5e11 comparisons (hours; 160k infos took 80 s), the sort about 2e7.
+  const std::uint64_t n = peal::gguf_max_tensor_count;
+  Bytes b = header(n, 0);
+  std::vector<std::size_t> at;
+  for (std::uint64_t k = 0; k < n; ++k) {
+    char name[16];
+    std::snprintf(name, sizeof name, "t%07llu", static_cast<unsigned long long>(k));
+    at.push_back(b.size());
+    put_str(b, name);
+    put_u32(b, 0);  // n_dims 0: one element
+    put_u32(b, 0);  // F32
+    put_u64(b, 0);  // every tensor at data offset 0 (allowed: only the extent is checked)
+  }
+  b.resize(b.size() + 64, 0);
+  {
+    const peal::GgufMetadata md = peal::gguf_metadata_from_bytes(b.data(), b.size());
+    CHECK(md.tensors.size() == n);
+    CHECK(md.tensors.back().name == "t1048575");
+  }
+  // Tensors 1000 and n - 1 repeat tensors 12 and 77 (their names patched in place).
+  const auto rename = [&](std::uint64_t k, const std::string& name) {
+    std::copy(name.begin(), name.end(), b.begin() + std::ptrdiff_t(at[k] + 8));
+  };
+  rename(1000, "t0000012");
+  rename(n - 1, "t0000077");
+  const std::string e =
+      error_of([&] { peal::gguf_metadata_from_bytes(b.data(), b.size(), "dup.gguf"); });
+  CHECK(contains(e, "byte " + std::to_string(at[1000]) + ":"));
+  CHECK(contains(e, "duplicate tensor name t0000012: tensor 1000 and tensor 12"));
+}
+
+TEST_CASE("gguf: a skipped array of any fixed-size element type costs one seek",
+          "[gguf][limits][gguf_skip_arrays]") {
+  // An array of 2^24 elements of each fixed-size type in front of a sparse tail of ones (valid
+  // BOOLs): the reader takes the header and the key from the stream, not the elements.
+  const std::uint64_t count = std::uint64_t(1) << 24;
+  for (const std::uint32_t t : {kU8, kBool, kI16, kU32, kF32, kU64, kF64}) {
+    GgufBuilder g;
+    g.str("general.architecture", "bloom");
+    Bytes& a = g.key("x.big", kArr);
+    put_u32(a, t);
+    put_u64(a, count);
+    Bytes head = header(0, g.kv_count);  // no padding: the elements follow the count
+    head.insert(head.end(), g.kvs.begin(), g.kvs.end());
+    const std::uint64_t width = t == kU8 || t == kBool ? 1 : t == kI16 ? 2 : t <= kF32 ? 4 : 8;
+    SparseRead r(head, head.size() + count * width, 1);
+    const peal::GgufMetadata md = r.read();
+    INFO("element type " << t);
+    CHECK(!md.kv.at("x.big").loaded);
+    CHECK(md.kv.at("x.big").count == count);
+    CHECK(r.buf.served <= 8192);  // was 16 MiB for BOOL, read element by element
+  }
+  // A stored BOOL array (at most gguf_max_kept_array_entries) is checked element by element;
+  // the values of a skipped one are not.
+  for (const std::uint64_t n : {std::uint64_t(16), peal::gguf_max_kept_array_entries + 1}) {
+    GgufBuilder g;
+    Bytes& a = g.key("x.flags", kArr);
+    put_u32(a, kBool);
+    put_u64(a, n);
+    for (std::uint64_t k = 0; k < n; ++k) put_u8(a, k + 1 == n ? 2 : 1);
+    const Bytes b = g.bytes();
+    if (n <= peal::gguf_max_kept_array_entries)
+      CHECK(contains(error_of([&] { peal::gguf_metadata_from_bytes(b.data(), b.size()); }),
+                     "a BOOL must be 0 or 1, got 2"));
+    else
+      CHECK(!peal::gguf_metadata_from_bytes(b.data(), b.size()).kv.at("x.flags").loaded);
+  }
+  // A skipped STRING array is walked length by length; the key after it is read.
+  GgufBuilder s;
+  s.str_array("x.vocab", std::vector<std::string>(peal::gguf_max_kept_array_entries + 1, "ab"));
+  s.u32("x.after", 7);
+  const Bytes sb = s.bytes();
+  const peal::GgufMetadata md = peal::gguf_metadata_from_bytes(sb.data(), sb.size());
+  CHECK(!md.kv.at("x.vocab").loaded);
+  CHECK(md.kv.at("x.after").u == 7);
+}
+
+TEST_CASE("gguf: the totals of stored strings and keys and array elements are capped",
+          "[gguf][limits][gguf_caps]") {
+  SECTION("strings past gguf_max_kept_string_total are skipped like long ones") {
+    // 20 strings of 1 MiB: 16 MiB stored at most (was all 20: 512 of them took 515 MB).
+    const std::uint64_t big = peal::gguf_max_kept_string_bytes;
+    const std::uint64_t n = peal::gguf_max_kept_string_total / big + 4;
+    GgufBuilder g;
+    g.str("general.architecture", "bloom");
+    for (std::uint64_t k = 0; k < n; ++k) g.str("x.big" + std::to_string(k), std::string(big, 'a'));
+    g.str("x.small", "fits");
+    const Bytes b = g.bytes();
+    const peal::GgufMetadata md = peal::gguf_metadata_from_bytes(b.data(), b.size());
+    std::uint64_t stored = 0, loaded = 0;
+    for (const auto& kv : md.kv) {
+      if (kv.second.type != peal::GgufType::String) continue;
+      stored += kv.second.str.size();
+      if (kv.first.compare(0, 5, "x.big") == 0 && kv.second.loaded) ++loaded;
+    }
+    CHECK(stored <= peal::gguf_max_kept_string_total);
+    CHECK(loaded == peal::gguf_max_kept_string_total / big - 1);  // "bloom" took 5 bytes
+    const peal::GgufValue& last = md.kv.at("x.big" + std::to_string(n - 1));
+    CHECK(!last.loaded);
+    CHECK(last.count == big);
+    CHECK(last.text() == "<string of 1048576 bytes, not loaded>");
+    CHECK(md.kv.at("x.small").str == "fits");  // what still fits is stored
+    CHECK(from(b).architecture == "bloom");
+  }
+  SECTION("keys past gguf_max_key_total are refused") {
+    const std::uint64_t n = peal::gguf_max_key_total / peal::gguf_max_key_bytes + 1;
+    GgufBuilder g;
+    for (std::uint64_t k = 0; k < n; ++k) {
+      std::string key(peal::gguf_max_key_bytes, 'k');
+      key.replace(0, 8, std::to_string(10000000 + k));
+      g.u32(key, 1);
+    }
+    const Bytes b = g.bytes();
+    CHECK(contains(error_of([&] { peal::gguf_metadata_from_bytes(b.data(), b.size()); }),
+                   "gguf_max_key_total"));
+  }
+  SECTION("array elements past gguf_max_kept_elements are skipped") {
+    const std::uint64_t per = peal::gguf_max_kept_array_entries;
+    const std::uint64_t n = peal::gguf_max_kept_elements / per + 1;
+    GgufBuilder g;
+    for (std::uint64_t k = 0; k < n; ++k) {
+      Bytes& a = g.key("x.a" + std::to_string(100 + k), kArr);
+      put_u32(a, kU8);
+      put_u64(a, per);
+      a.resize(a.size() + per, 3);
+    }
+    const Bytes b = g.bytes();
+    const peal::GgufMetadata md = peal::gguf_metadata_from_bytes(b.data(), b.size());
+    std::uint64_t kept = 0;
+    for (const auto& kv : md.kv) kept += kv.second.elements.size();
+    CHECK(kept == peal::gguf_max_kept_elements);
+    CHECK(!md.kv.at("x.a" + std::to_string(100 + n - 1)).loaded);
+  }
+}
+
+TEST_CASE("gguf: a path that is not a regular file is refused before it is opened",
+          "[gguf][files][gguf_fifo]") {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::temp_directory_path().string();
+  CHECK(contains(error_of([&] { peal::gguf_metadata_from_file(dir); }), "not a regular file"));
+  if (fs::exists("/dev/null"))
+    CHECK(contains(error_of([&] { peal::rope_config_from_gguf("/dev/null"); }),
+                   "not a regular file"));
+  // A symbolic link to a regular file is read.
+  const fs::path target = fs::temp_directory_path() / "peal_test_link_target.gguf";
+  const fs::path link = fs::temp_directory_path() / "peal_test_link.gguf";
+  write_file(target.string(), llama31().bytes());
+  std::error_code ec;
+  fs::remove(link, ec);
+  fs::create_symlink(target, link, ec);
+  if (!ec) CHECK(peal::rope_config_from_gguf(link.string()).architecture == "llama");
+  fs::remove(link, ec);
+  fs::remove(target, ec);
+#ifdef PEAL_TEST_HAVE_MKFIFO
+  // A FIFO with no writer: opening it for reading would block forever.
+  const fs::path fifo =
+      fs::temp_directory_path() / ("peal_test_fifo_" + std::to_string(::getpid()) + ".gguf");
+  fs::remove(fifo, ec);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::promise<std::string> done;
+  std::future<std::string> result = done.get_future();
+  std::thread reader([&] {
+    try {
+      peal::gguf_metadata_from_file(fifo.string());
+      done.set_value("no exception");
+    } catch (const std::exception& e) {
+      done.set_value(e.what());
+    }
+  });
+  // Not a timing measurement: a guard, so that a reader blocked in open() fails the test
+  // instead of hanging it (a writer is then opened to release it).
+  const bool returned = result.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!returned) {
+    const int w = ::open(fifo.c_str(), O_WRONLY);
+    if (w >= 0) ::close(w);
+  }
+  reader.join();
+  fs::remove(fifo, ec);
+  CHECK(returned);
+  CHECK(contains(result.get(), "not a regular file"));
+#else
+  WARN("no mkfifo on this platform: the FIFO case is not run");
+#endif
+}
+
+TEST_CASE("gguf: strings from the file are escaped in messages", "[gguf][errors][gguf_escape]") {
+  // A NUL in general.architecture cut what() short; control bytes and bad UTF-8 were raw.
+  GgufBuilder a;
+  a.str("general.architecture", std::string("lla\0ma\x01\n", 8));
+  const std::string ea = error_of([&] { from(a.bytes(), "nul.gguf"); });
+  CHECK(contains(ea, "general.architecture is \"lla\\x00ma\\x01\\n\", an architecture"));
+  CHECK(contains(ea, "(known: "));
+
+  GgufBuilder k;
+  k.u32(std::string("x\0y", 3), 1);
+  k.u32(std::string("x\0y", 3), 2);
+  CHECK(contains(error_of([&] { from(k.bytes()); }), "duplicate key x\\x00y"));
+
+  GgufBuilder t = llama31();
+  t.tensors[0].name = std::string("emb\0\x07", 5);
+  t.tensors[1].name = t.tensors[0].name;
+  CHECK(contains(error_of([&] { from(t.bytes()); }), "duplicate tensor name emb\\x00\\x07:"));
+  GgufBuilder tt = llama31();
+  tt.tensors[0].name = std::string("emb\0w", 5);
+  tt.tensors[0].dims = {std::uint64_t(1) << 20};  // F16 data past the end of the file
+  CHECK(contains(error_of([&] { from(tt.bytes()); }), "tensor emb\\x00w (1048576 elements"));
+
+  // A long key is cut: the message stays short and says how long the key was.
+  GgufBuilder l;
+  put_u32(l.key(std::string(60000, 'q') + '\0', 13), 0);
+  const std::string el = error_of([&] { from(l.bytes()); });
+  CHECK(contains(el, "unknown GGUF value type 13"));
+  CHECK(contains(el, "... (60001 bytes)"));
+  CHECK(el.size() < 1000);
+
+  // Values: bytes that are not UTF-8 are escaped, well-formed UTF-8 is kept.
+  GgufBuilder v;
+  v.str("general.architecture", "llama");
+  v.str("general.name", "\xc4\xa0world \xe2\x82\xac");
+  v.u32("llama.embedding_length", 4096);
+  v.u32("llama.attention.head_count", 32);
+  v.str("llama.rope.freq_base", "\xff\xc3(\xe2\x82");
+  const std::string ev = error_of([&] { from(v.bytes()); });
+  CHECK(
+      contains(ev, "llama.rope.freq_base must be a number, got STRING \"\\xff\\xc3(\\xe2\\x82\""));
+  GgufBuilder u;
+  u.str("general.architecture", "bloom");
+  u.str("general.name", "\xc4\xa0world \xe2\x82\xac \xc2\x85");  // U+0085 is a C1 control
+  CHECK(from(u.bytes()).metadata.at("general.name") == "\"\xc4\xa0world \xe2\x82\xac \\xc2\\x85\"");
 }

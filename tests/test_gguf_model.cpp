@@ -333,3 +333,13 @@ TEST_CASE("gguf model: bad input and keys not modelled", "[gguf_model][errors]")
   hs.layout = peal::Layout::HalfSplit;
   CHECK(read(deepseek_v3(true), hs).layers[0].rope.layout == peal::Layout::HalfSplit);
 }
+
+TEST_CASE("gguf model: a key from the file is escaped in the message that names it",
+          "[gguf_model][errors][gguf_escape]") {
+  // An unread *_swa RoPE key is refused by name; a NUL in the name cut what() short.
+  GgufBuilder sw = gemma3(12, 3840, 16, 256);
+  sw.f32(std::string("gemma3.rope.freq_base_swa\0\x1b[2J", 30), 20000.0f);
+  const std::string e = error_of([&] { read(sw); });
+  CHECK(e.find("gemma3.rope.freq_base_swa\\x00\\x1b[2J (20000)") != std::string::npos);
+  CHECK(e.find("allow_not_modelled") != std::string::npos);
+}

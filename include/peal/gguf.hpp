@@ -16,23 +16,34 @@
 // tensor data only the small F32 1-D tensors rope_freqs, rope_factors_long and
 // rope_factors_short (names with or without the ".weight" suffix llama.cpp's converter adds).
 // Every count and length is checked against the bytes left before anything is allocated
-// or read, and bounded by the limits below (long strings and large arrays, e.g. tokenizer
-// vocabularies, are skipped with only their size kept); a damaged file throws
-// peal::invalid_argument naming the file and the byte offset.
+// or read, and bounded by the limits below, so that time and memory stay bounded whatever
+// the file says: long strings and large arrays of any element type (e.g. tokenizer
+// vocabularies) are skipped with only their size kept, by one seek unless their elements
+// carry their own lengths (STRING, ARRAY: then one length read per element); past the total
+// caps on stored strings and array elements, values are skipped the same way; more keys,
+// key bytes or tensor infos than the caps allow are refused. A damaged file throws
+// peal::invalid_argument naming the file and the byte offset; strings from the file appear
+// in messages escaped (\", \\, \n, \xNN for control bytes and bytes that are not well-formed
+// UTF-8) and cut after 256 bytes. gguf_metadata_from_file refuses a path that is not a
+// regular file (a FIFO, a device, a directory) before opening it.
 //
 // Not checked: the data extent of quantized tensors (their block sizes are not tabulated
-// here; their offsets are checked to start inside the file), the UTF-8 validity of strings.
+// here; their offsets are checked to start inside the file), the UTF-8 validity of strings,
+// the values (0 or 1) of a BOOL array that is skipped (those of stored arrays are checked).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <limits>
 #include <map>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -51,6 +62,16 @@ inline constexpr std::uint64_t gguf_max_kept_array_entries = 4096;
 inline constexpr std::uint64_t gguf_max_kept_elements = std::uint64_t(1) << 18;
 /// Strings longer than this are skipped, not stored (GgufValue::loaded is false).
 inline constexpr std::uint64_t gguf_max_kept_string_bytes = std::uint64_t(1) << 20;
+/// Total bytes of string values stored per file (values, and elements of stored arrays):
+/// strings past it are skipped like long ones (512 strings of 1 MiB keep 16 MiB, not 512).
+inline constexpr std::uint64_t gguf_max_kept_string_total = std::uint64_t(1) << 24;
+/// Most metadata key-value pairs per file (real files have a few dozen); more are refused.
+inline constexpr std::uint64_t gguf_max_kv_count = std::uint64_t(1) << 16;
+/// Total bytes of the metadata keys per file; more are refused.
+inline constexpr std::uint64_t gguf_max_key_total = std::uint64_t(1) << 24;
+/// Most tensor infos per file (real models have a few thousand); more are refused. Together
+/// with the caps above this bounds what a file can make the reader hold at a few hundred MB.
+inline constexpr std::uint64_t gguf_max_tensor_count = std::uint64_t(1) << 20;
 /// Longest metadata key (docs/gguf.md: at most 65535 bytes).
 inline constexpr std::uint64_t gguf_max_key_bytes = 65535;
 /// Longest tensor name (docs/gguf.md: at most 64 bytes).
@@ -113,6 +134,86 @@ inline const char* to_string(GgufType t) {
   return "?";
 }
 
+namespace detail {
+namespace gguf {
+
+// Most bytes of a string from the file quoted in a message or in GgufValue::text().
+inline constexpr std::size_t max_shown_bytes = 256;
+
+// Bytes of the well-formed UTF-8 sequence of a printable character at s[k] (2 .. 4), else 0
+// (a stray or truncated byte, an overlong form, a surrogate, a C1 control U+0080 .. U+009F).
+inline std::size_t utf8_length(const std::string& s, std::size_t k) {
+  const unsigned char b0 = static_cast<unsigned char>(s[k]);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+  if (b0 >= 0xc2 && b0 <= 0xdf) {
+    n = 2;
+    if (b0 == 0xc2) lo = 0xa0;
+  } else if (b0 >= 0xe0 && b0 <= 0xef) {
+    n = 3;
+    if (b0 == 0xe0) lo = 0xa0;
+    if (b0 == 0xed) hi = 0x9f;
+  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+    n = 4;
+    if (b0 == 0xf0) lo = 0x90;
+    if (b0 == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (s.size() - k < n) return 0;
+  for (std::size_t j = 1; j < n; ++j) {
+    const unsigned char b = static_cast<unsigned char>(s[k + j]);
+    if (b < (j == 1 ? lo : 0x80) || b > (j == 1 ? hi : 0xbf)) return 0;
+  }
+  return n;
+}
+
+// Appends s escaped (\", \\, \n; \xNN for other control bytes and bytes that are not
+// well-formed UTF-8: a NUL must not cut a message short), at most `max` bytes of it (never a
+// character cut in two); returns the number of bytes of s shown.
+inline std::size_t escape_to(std::string& out, const std::string& s, std::size_t max) {
+  const char* hex = "0123456789abcdef";
+  std::size_t k = 0;
+  while (k < s.size()) {
+    std::size_t run = k;  // plain printable ASCII: appended in one piece
+    while (run < s.size() && run < max && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '"' &&
+           s[run] != '\\')
+      ++run;
+    out.append(s, k, run - k);
+    k = run;
+    if (k == s.size() || k == max) break;
+    const unsigned char ch = static_cast<unsigned char>(s[k]);
+    const std::size_t n = ch >= 0x80 ? utf8_length(s, k) : 1;
+    if (k + (n ? n : 1) > max) break;
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += char(ch);
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch < 0x20 || ch == 0x7f || n == 0) {
+      out += "\\x";
+      out += hex[ch >> 4];
+      out += hex[ch & 15];
+    } else {
+      out.append(s, k, n);
+    }
+    k += n ? n : 1;
+  }
+  return k;
+}
+
+// A string from the file as it may appear in a message: escaped, cut after max_shown_bytes
+// with its length appended.
+inline std::string printable(const std::string& s) {
+  std::string out;
+  if (escape_to(out, s, max_shown_bytes) < s.size())
+    out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+}  // namespace gguf
+}  // namespace detail
+
 /// One metadata value. Scalars: unsigned integers and bools in `u`, signed integers in `i`,
 /// floats in `f` (FLOAT32 widened exactly), strings in `str`. Arrays: `element_type`,
 /// `count`, and the elements in `elements` when loaded (see the limits above).
@@ -170,22 +271,9 @@ struct GgufValue {
           os << "<string of " << count << " bytes, not loaded>";
           break;
         }
-        os << '"';
-        const std::size_t shown = str.size() < 256 ? str.size() : 256;
-        for (std::size_t k = 0; k < shown; ++k) {
-          const unsigned char ch = static_cast<unsigned char>(str[k]);
-          if (ch == '"' || ch == '\\') {
-            os << '\\' << ch;
-          } else if (ch == '\n') {
-            os << "\\n";
-          } else if (ch < 0x20 || ch == 0x7f) {
-            const char* hex = "0123456789abcdef";
-            os << "\\x" << hex[ch >> 4] << hex[ch & 15];
-          } else {
-            os << ch;
-          }
-        }
-        os << '"';
+        std::string body;
+        const std::size_t shown = detail::gguf::escape_to(body, str, detail::gguf::max_shown_bytes);
+        os << '"' << body << '"';
         if (shown < str.size()) os << "... (" << str.size() << " bytes)";
         break;
       }
@@ -265,6 +353,11 @@ class Cursor {
 
   [[noreturn]] void fail_at(std::uint64_t at, const std::string& what) const {
     fail("gguf_config: \"" + name_ + "\", byte " + std::to_string(at) + ": " + what);
+  }
+
+  // need(n, what + suffix), the message built only when it fails.
+  void need(std::uint64_t n, const std::string& what, const char* suffix) const {
+    if (n > remaining()) need(n, what + suffix);
   }
 
   void need(std::uint64_t n, const std::string& what) const {
@@ -397,7 +490,8 @@ inline std::string read_string(Cursor& c, std::uint64_t max_len, const std::stri
 
 struct Parser {
   Cursor& c;
-  std::uint64_t kept_elements = 0;
+  std::uint64_t kept_elements = 0;      // bounded by gguf_max_kept_elements
+  std::uint64_t kept_string_bytes = 0;  // bounded by gguf_max_kept_string_total
 
   GgufValue value(GgufType t, int depth, bool keep, const std::string& what) {
     GgufValue v;
@@ -443,7 +537,9 @@ struct Parser {
       case GgufType::String: {
         v.count = c.u64(what);  // the length
         c.need(v.count, what);
-        if (keep && v.count <= gguf_max_kept_string_bytes) {
+        if (keep && v.count <= gguf_max_kept_string_bytes &&
+            v.count <= gguf_max_kept_string_total - kept_string_bytes) {
+          kept_string_bytes += v.count;
           v.str.assign(static_cast<std::size_t>(v.count), '\0');
           if (v.count) c.bytes(&v.str[0], static_cast<std::size_t>(v.count), what);
         } else {
@@ -473,13 +569,18 @@ struct Parser {
           kept_elements += v.count;
           v.elements.reserve(static_cast<std::size_t>(v.count));
         }
-        // Fixed-size elements of a skipped array: one skip.
+        // A skipped array of fixed-size elements (BOOL included: its values are not
+        // checked): one seek, whatever its size.
         if (!keep_elems && v.element_type != GgufType::String &&
-            v.element_type != GgufType::Array && v.element_type != GgufType::Bool) {
+            v.element_type != GgufType::Array) {
           c.skip(v.count * m, what + " elements");
           break;
         }
         const std::string elem = "an element of " + what;  // built once, not per element
+        if (!keep_elems && v.element_type == GgufType::String) {
+          for (std::uint64_t k = 0; k < v.count; ++k) c.skip(c.u64(elem), elem);  // each length
+          break;
+        }
         for (std::uint64_t k = 0; k < v.count; ++k) {
           GgufValue e = value(v.element_type, depth + 1, keep_elems, elem);
           if (keep_elems) v.elements.push_back(std::move(e));
@@ -546,6 +647,13 @@ inline std::uint64_t read_header(Cursor& c, GgufMetadata& md) {
   }
   md.tensor_count = c.u64("the tensor count");
   const std::uint64_t kv_count = c.u64("the metadata key-value count");
+  // The caps first: a sparse file has room for any count, memory does not.
+  if (kv_count > gguf_max_kv_count)
+    c.fail_at(16, "metadata_kv_count " + std::to_string(kv_count) + " is more than " +
+                      std::to_string(gguf_max_kv_count) + " (gguf_max_kv_count)");
+  if (md.tensor_count > gguf_max_tensor_count)
+    c.fail_at(8, "tensor_count " + std::to_string(md.tensor_count) + " is more than " +
+                     std::to_string(gguf_max_tensor_count) + " (gguf_max_tensor_count)");
   // Smallest kv: key length (8) + value type (4) + 1 byte; smallest tensor info: name length
   // (8) + n_dims (4) + type (4) + offset (8).
   if (kv_count > c.remaining() / 13)
@@ -560,12 +668,20 @@ inline std::uint64_t read_header(Cursor& c, GgufMetadata& md) {
 // The key-value pairs (keys unique), then general.alignment (a UINT32 power of two).
 inline void read_kvs(Cursor& c, GgufMetadata& md, std::uint64_t kv_count) {
   Parser p{c};
+  std::uint64_t key_bytes = 0;
   for (std::uint64_t k = 0; k < kv_count; ++k) {
     const std::uint64_t at = c.pos();
     std::string key = read_string(c, gguf_max_key_bytes, "key " + std::to_string(k));
-    const GgufType t = value_type(c, "the value type of key " + key);
-    GgufValue v = p.value(t, 0, true, "the value of key " + key);
-    if (!md.kv.emplace(key, std::move(v)).second) c.fail_at(at, "duplicate key " + key);
+    key_bytes += key.size();
+    if (key_bytes > gguf_max_key_total)
+      c.fail_at(at, "the keys up to key " + std::to_string(k) + " have " +
+                        std::to_string(key_bytes) + " bytes, more than " +
+                        std::to_string(gguf_max_key_total) + " (gguf_max_key_total)");
+    const std::string shown = printable(key);
+    const GgufType t = value_type(c, "the value type of key " + shown);
+    GgufValue v = p.value(t, 0, true, "the value of key " + shown);
+    if (!md.kv.emplace(std::move(key), std::move(v)).second)
+      c.fail_at(at, "duplicate key " + shown);
   }
 
   if (const GgufValue* a = md.find("general.alignment")) {
@@ -579,21 +695,25 @@ inline void read_kvs(Cursor& c, GgufMetadata& md, std::uint64_t kv_count) {
   }
 }
 
-// Tensor info k: name, dims (element count within int64), type, aligned offset; names unique.
+// Tensor info k: name, dims (element count within int64), type, aligned offset.
 inline GgufTensorInfo read_tensor_info(Cursor& c, const GgufMetadata& md, std::uint64_t k) {
   GgufTensorInfo ti;
   const std::string w = "tensor " + std::to_string(k);
   ti.name = read_string(c, gguf_max_tensor_name_bytes, w + " name");
-  const std::string wn = w + " (" + ti.name + ")";
+  const std::string wn = w + " (" + printable(ti.name) + ")";
   const std::uint64_t nd_at = c.pos();
-  const std::uint32_t nd = c.u32(wn + " n_dims");
+  // The fields' sizes are checked up front, so that the reads below need no message of
+  // their own (up to 10^6 tensor infos: no string built per field).
+  c.need(4, wn, " n_dims");
+  const std::uint32_t nd = c.u32(wn);
   if (nd > gguf_max_dims)
     c.fail_at(nd_at, wn + " has n_dims " + std::to_string(nd) + ", more than " +
                          std::to_string(gguf_max_dims) + " (GGML_MAX_DIMS)");
+  c.need(8 * std::uint64_t(nd) + 4 + 8, wn, " dims, type and offset");
   std::uint64_t elems = 1;
   for (std::uint32_t d = 0; d < nd; ++d) {
     const std::uint64_t at = c.pos();
-    const std::uint64_t n = c.u64(wn + " dims[" + std::to_string(d) + "]");
+    const std::uint64_t n = c.u64(wn);
     if (n > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ||
         (n != 0 && elems > std::uint64_t(std::numeric_limits<std::int64_t>::max()) / n))
       c.fail_at(at, wn + ": the element count overflows int64 at dims[" + std::to_string(d) +
@@ -601,15 +721,39 @@ inline GgufTensorInfo read_tensor_info(Cursor& c, const GgufMetadata& md, std::u
     elems *= n;
     ti.dims.push_back(n);
   }
-  ti.type = c.u32(wn + " type");
+  ti.type = c.u32(wn);
   const std::uint64_t off_at = c.pos();
-  ti.offset = c.u64(wn + " offset");
+  ti.offset = c.u64(wn);
   if (ti.offset % md.alignment != 0)
     c.fail_at(off_at, wn + " has offset " + std::to_string(ti.offset) +
                           ", not a multiple of general.alignment " + std::to_string(md.alignment));
-  for (const GgufTensorInfo& o : md.tensors)
-    if (o.name == ti.name) c.fail_at(nd_at, "duplicate tensor name " + ti.name);
   return ti;
+}
+
+// Tensor names are unique: one sort of the indices by name (O(n log n); a pairwise check is
+// O(n^2), minutes for a few MB of tensor infos). The first repeat in file order is named,
+// at the byte offset name_at[] of its tensor info.
+inline void check_unique_names(const Cursor& c, const std::vector<GgufTensorInfo>& ts,
+                               const std::vector<std::uint64_t>& name_at) {
+  std::vector<std::uint32_t> idx(ts.size());  // ts.size() <= gguf_max_tensor_count
+  for (std::size_t k = 0; k < idx.size(); ++k) idx[k] = static_cast<std::uint32_t>(k);
+  std::sort(idx.begin(), idx.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const int cmp = ts[a].name.compare(ts[b].name);
+    return cmp < 0 || (cmp == 0 && a < b);
+  });
+  std::uint32_t repeat = 0, first = 0;  // repeat 0: none (tensor 0 repeats nothing)
+  std::size_t group = 0;                // start of the run of equal names in idx
+  for (std::size_t k = 1; k < idx.size(); ++k) {
+    if (ts[idx[k]].name != ts[idx[group]].name) {
+      group = k;
+    } else if (repeat == 0 || idx[k] < repeat) {
+      repeat = idx[k];
+      first = idx[group];
+    }
+  }
+  if (repeat != 0)
+    c.fail_at(name_at[repeat], "duplicate tensor name " + printable(ts[repeat].name) + ": tensor " +
+                                   std::to_string(repeat) + " and tensor " + std::to_string(first));
 }
 
 // The tensor data section (md.data_offset set): every tensor starts inside it and, for the
@@ -618,8 +762,9 @@ inline GgufTensorInfo read_tensor_info(Cursor& c, const GgufMetadata& md, std::u
 inline void read_tensor_data(Cursor& c, GgufMetadata& md) {
   const std::uint64_t data_bytes = md.tensor_count > 0 ? c.size() - md.data_offset : 0;
   for (const GgufTensorInfo& ti : md.tensors) {
+    const bool rope = is_rope_tensor(ti.name);  // then ti.name is one of six known names
     if (ti.offset > data_bytes)
-      c.fail_at(md.data_offset, "tensor " + ti.name + " starts at data offset " +
+      c.fail_at(md.data_offset, "tensor " + printable(ti.name) + " starts at data offset " +
                                     std::to_string(ti.offset) + ", past the end of the file (" +
                                     std::to_string(data_bytes) + " data bytes)");
     std::uint64_t elems = 1;
@@ -627,9 +772,9 @@ inline void read_tensor_data(Cursor& c, GgufMetadata& md) {
     const std::uint64_t es = plain_type_size(ti.type);
     if (es != 0 && elems > (data_bytes - ti.offset) / es)
       c.fail_at(md.data_offset + ti.offset,
-                "truncated file: tensor " + ti.name + " (" + std::to_string(elems) +
+                "truncated file: tensor " + printable(ti.name) + " (" + std::to_string(elems) +
                     " elements of " + std::to_string(es) + " bytes) extends past the end");
-    if (!is_rope_tensor(ti.name)) continue;
+    if (!rope) continue;
     if (ti.type != 0)
       c.fail_at(md.data_offset + ti.offset, "tensor " + ti.name + " has ggml type " +
                                                 std::to_string(ti.type) + ", F32 (0) expected");
@@ -643,7 +788,8 @@ inline void read_tensor_data(Cursor& c, GgufMetadata& md) {
                     std::to_string(gguf_max_rope_tensor_entries) + " (preset_max_head_dim / 2)");
     c.seek(md.data_offset + ti.offset);
     std::vector<float> v(static_cast<std::size_t>(elems));
-    for (float& x : v) x = c.f32("tensor " + ti.name + " data");
+    const std::string what = "tensor " + ti.name + " data";  // built once, not per entry
+    for (float& x : v) x = c.f32(what);
     md.rope_tensors.emplace(ti.name, std::move(v));
   }
 }
@@ -655,9 +801,17 @@ inline GgufMetadata read(Cursor& c) {
   md.file_size = c.size();
   const std::uint64_t kv_count = read_header(c, md);
   read_kvs(c, md, kv_count);
-  md.tensors.reserve(static_cast<std::size_t>(md.tensor_count));
-  for (std::uint64_t k = 0; k < md.tensor_count; ++k)
+  // Reserved for what a real model has, not from the count: the vector grows with the
+  // tensor infos actually read.
+  const std::uint64_t guess = md.tensor_count < 4096 ? md.tensor_count : 4096;
+  md.tensors.reserve(static_cast<std::size_t>(guess));
+  std::vector<std::uint64_t> name_at;
+  name_at.reserve(static_cast<std::size_t>(guess));
+  for (std::uint64_t k = 0; k < md.tensor_count; ++k) {
+    name_at.push_back(c.pos());
     md.tensors.push_back(read_tensor_info(c, md, k));
+  }
+  check_unique_names(c, md.tensors, name_at);
   // Tensor data start: the end of the tensor infos, aligned.
   const std::uint64_t end = c.pos();
   const std::uint64_t pad = (md.alignment - end % md.alignment) % md.alignment;
@@ -696,8 +850,18 @@ inline GgufMetadata gguf_metadata_from_stream(std::istream& in, const std::strin
 }
 
 /// Reads the metadata of a GGUF file (the header region only, incrementally, plus the small
-/// RoPE tensors: a multi-GB model is never read whole).
+/// RoPE tensors: a multi-GB model is never read whole). A path that is not a regular file
+/// (after symbolic links) is refused before it is opened: opening a FIFO with no writer
+/// would block forever, and a device or directory has no size to check the counts against.
 inline GgufMetadata gguf_metadata_from_file(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (st.type() == std::filesystem::file_type::not_found)
+    detail::fail("gguf_config: cannot open \"" + path + "\": no such file");
+  if (ec) detail::fail("gguf_config: cannot open \"" + path + "\": " + ec.message());
+  if (!std::filesystem::is_regular_file(st))
+    detail::fail("gguf_config: \"" + path + "\" is not a regular file (a FIFO, a device or a " +
+                 "directory): refused before opening it");
   std::ifstream in(path, std::ios::binary);
   if (!in) detail::fail("gguf_config: cannot open \"" + path + "\"");
   return gguf_metadata_from_stream(in, path);

@@ -289,8 +289,10 @@ struct Mapper {
   const GgufMetadata& md;
   std::string arch;
 
+  // `key` may come from the file (list_unread): printed escaped. `what` quotes file content
+  // only through GgufValue::text() or printable(), which escape it.
   [[noreturn]] void bad(const std::string& key, const std::string& what) const {
-    fail("gguf_config: \"" + md.source + "\": " + key + " " + what);
+    fail("gguf_config: \"" + md.source + "\": " + printable(key) + " " + what);
   }
   std::string k(const char* suffix) const { return arch + "." + suffix; }
 
@@ -374,7 +376,7 @@ inline void map_architecture(Mapper& m, GgufConfig& out) {
   m.arch = *arch;
   const std::optional<GgufRopeType> rt = gguf_rope_type(*arch);
   if (!rt)
-    m.bad("general.architecture", "is \"" + *arch +
+    m.bad("general.architecture", "is \"" + printable(*arch) +
                                       "\", an architecture whose RoPE type is not known (known: " +
                                       known_architectures() + ")");
   out.rope_type = *rt;

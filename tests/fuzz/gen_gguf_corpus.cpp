@@ -1,6 +1,7 @@
 // Writes the seed corpus of fuzz_gguf_config.cpp: small GGUF files with the keys
 // llama.cpp's convert_hf_to_gguf.py writes for the models named (sizes from their published
-// configs; token lists shortened, no weights except the RoPE tensors and a tiny stand-in).
+// configs; token lists shortened, no weights except the RoPE tensors and a tiny stand-in),
+// and small versions of the hostile files of issue 19 (issue19-*.gguf).
 //
 //   c++ -std=c++17 -Itests tests/fuzz/gen_gguf_corpus.cpp -o /tmp/gen && /tmp/gen
 //   tests/fuzz/corpus_gguf_config
@@ -55,9 +56,62 @@ std::vector<float> llama3_factors(int dim, double theta) {
   return out;
 }
 
-void save(const std::string& dir, const std::string& name, const GgufBuilder& g) {
-  write_file(dir + "/" + name, g.bytes());
+void save(const std::string& dir, const std::string& name, const Bytes& b) {
+  write_file(dir + "/" + name, b);
   std::printf("%s/%s\n", dir.c_str(), name.c_str());
+}
+void save(const std::string& dir, const std::string& name, const GgufBuilder& g) {
+  save(dir, name, g.bytes());
+}
+
+Bytes header(std::uint64_t tensor_count, std::uint64_t kv_count) {
+  Bytes b = {'G', 'G', 'U', 'F'};
+  put_u32(b, 3);
+  put_u64(b, tensor_count);
+  put_u64(b, kv_count);
+  return b;
+}
+
+// Issue 19's hostile files, each under the fuzzer's -max_len (64 KiB): the originals need a
+// sparse 16 GiB file or hundreds of MB, which tests/test_gguf_config.cpp builds instead.
+void issue19(const std::string& dir) {
+  // Counts a sparse file has room for: refused by gguf_max_tensor_count / gguf_max_kv_count.
+  save(dir, "issue19-sparse-tensor-count.gguf", header((std::uint64_t(16) << 30) / 24, 0));
+  save(dir, "issue19-kv-count-cap.gguf", header(0, (std::uint64_t(1) << 16) + 1));
+  {  // 1000 tensor infos (the duplicate check was pairwise), the last repeating the 500th
+    GgufBuilder g;
+    g.str("general.architecture", "bloom");
+    for (int k = 0; k < 1000; ++k) {
+      GgufTensor t;
+      t.name = "blk." + std::to_string(k == 999 ? 500 : k) + ".attn_q.weight";
+      t.dims = {0};  // no data: the file stays under 64 KiB
+      g.tensors.push_back(t);
+    }
+    save(dir, "issue19-duplicate-tensor-name.gguf", g);
+  }
+  {  // a BOOL array too large to keep (was read element by element) with a 2 in it
+    GgufBuilder g;
+    g.str("general.architecture", "bloom");
+    Bytes& b = g.key("peal.flags", kArr);
+    put_u32(b, kBool);
+    put_u64(b, 5000);
+    for (int k = 0; k < 5000; ++k) put_u8(b, k == 4321 ? 2 : 1);
+    g.str_array("tokenizer.ggml.tokens", std::vector<std::string>(4097, "ab"));  // walked
+    save(dir, "issue19-skipped-bool-and-string-arrays.gguf", g);
+  }
+  {  // file bytes in messages: a NUL and control bytes in the architecture, a key and a name
+    GgufBuilder g;
+    g.str("general.architecture", std::string("lla\0ma\x01\n\xff", 9));
+    save(dir, "issue19-nul-in-architecture.gguf", g);
+    GgufBuilder k;
+    k.str("general.architecture", "llama");
+    k.u32(std::string("llama.x\0y", 9), 1);
+    k.u32(std::string("llama.x\0y", 9), 2);
+    save(dir, "issue19-nul-in-duplicate-key.gguf", k);
+    GgufBuilder l;
+    put_u32(l.key(std::string(60000, 'q') + '\0', 13), 0);  // a long key, an unknown type
+    save(dir, "issue19-long-key.gguf", l);
+  }
 }
 
 }  // namespace
@@ -147,5 +201,6 @@ int main(int argc, char** argv) {
     put_u16(g.key("peal.u16", kU16), 7);
     save(dir, "bloom-alibi-types.gguf", g);
   }
+  issue19(dir);
   return 0;
 }
