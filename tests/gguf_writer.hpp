@@ -56,6 +56,14 @@ inline void put_f64(Bytes& b, double x) {
   std::memcpy(&u, &x, 8);
   put_u64(b, u);
 }
+/// The 24-byte header of a GGUF v3 file (magic, version, tensor and key counts).
+inline Bytes gguf_header(std::uint64_t tensor_count, std::uint64_t kv_count) {
+  Bytes b = {'G', 'G', 'U', 'F'};
+  put_u32(b, 3);
+  put_u64(b, tensor_count);
+  put_u64(b, kv_count);
+  return b;
+}
 inline void put_str(Bytes& b, const std::string& s) {
   put_u64(b, s.size());
   b.insert(b.end(), s.begin(), s.end());

@@ -696,14 +696,6 @@ TEST_CASE("gguf: an invalid RoPE configuration names the file and the keys read"
 
 namespace {
 
-// The header of a GGUF v3 file.
-Bytes header(std::uint64_t tensor_count, std::uint64_t kv_count) {
-  Bytes b = {'G', 'G', 'U', 'F'};
-  put_u32(b, 3);
-  put_u64(b, tensor_count);
-  put_u64(b, kv_count);
-  return b;
-}
 
 // gguf_metadata_from_stream over a SparseBuf: head, then fill up to size bytes.
 struct SparseRead {
@@ -722,24 +714,24 @@ TEST_CASE("gguf: counts of a sparse file are capped before anything is reserved"
   // 715 million minimal tensor infos, and reserving for them was a std::bad_alloc.
   for (const std::uint64_t size :
        {std::uint64_t(4) << 30, std::uint64_t(16) << 30, std::uint64_t(1) << 50}) {
-    SparseRead r(header((size - 24) / 24, 0), size);
+    SparseRead r(gguf_header((size - 24) / 24, 0), size);
     const std::string e = error_of([&] { r.read(); });
     CHECK(contains(e, "gguf_max_tensor_count"));
     CHECK(contains(e, "byte 8"));
     CHECK(r.buf.served <= 4096);  // the header only
   }
-  SparseRead kv(header(0, peal::gguf_max_kv_count + 1), std::uint64_t(16) << 30);
+  SparseRead kv(gguf_header(0, peal::gguf_max_kv_count + 1), std::uint64_t(16) << 30);
   CHECK(contains(error_of([&] { kv.read(); }), "gguf_max_kv_count"));
   // At the cap, the zeros are read as 2^20 tensor infos named "" (24 MB), then the repeat
   // is named.
-  SparseRead at_cap(header(peal::gguf_max_tensor_count, 0), std::uint64_t(16) << 30);
+  SparseRead at_cap(gguf_header(peal::gguf_max_tensor_count, 0), std::uint64_t(16) << 30);
   const std::string e = error_of([&] { at_cap.read(); });
   CHECK(contains(e, "duplicate tensor name"));
   CHECK(at_cap.buf.served <= (std::uint64_t(64) << 20));  // the tensor infos, not the 16 GiB
   // A file, sparse on disk, takes the same path (gguf_metadata_from_file reads a stream).
   namespace fs = std::filesystem;
   const fs::path path = fs::temp_directory_path() / "peal_test_sparse_count.gguf";
-  write_file(path.string(), header((std::uint64_t(16) << 30) / 24 - 1, 0));
+  write_file(path.string(), gguf_header((std::uint64_t(16) << 30) / 24 - 1, 0));
   std::error_code ec;
   fs::resize_file(path, std::uint64_t(16) << 30, ec);
   if (!ec)
@@ -755,7 +747,7 @@ TEST_CASE("gguf: 2^20 tensor infos: unique names checked by one sort",
   // gguf_max_tensor_count minimal tensor infos (31 bytes each, 32 MB): a pairwise check of
   // their names is 5e11 comparisons (hours; 160k infos took 80 s), the sort about 2e7.
   const std::uint64_t n = peal::gguf_max_tensor_count;
-  Bytes b = header(n, 0);
+  Bytes b = gguf_header(n, 0);
   std::vector<std::size_t> at;
   for (std::uint64_t k = 0; k < n; ++k) {
     char name[16];
@@ -795,7 +787,7 @@ TEST_CASE("gguf: a skipped array of any fixed-size element type costs one seek",
     Bytes& a = g.key("x.big", kArr);
     put_u32(a, t);
     put_u64(a, count);
-    Bytes head = header(0, g.kv_count);  // no padding: the elements follow the count
+    Bytes head = gguf_header(0, g.kv_count);  // no padding: the elements follow the count
     head.insert(head.end(), g.kvs.begin(), g.kvs.end());
     const std::uint64_t width = t == kU8 || t == kBool ? 1 : t == kI16 ? 2 : t <= kF32 ? 4 : 8;
     SparseRead r(head, head.size() + count * width, 1);

@@ -64,20 +64,13 @@ void save(const std::string& dir, const std::string& name, const GgufBuilder& g)
   save(dir, name, g.bytes());
 }
 
-Bytes header(std::uint64_t tensor_count, std::uint64_t kv_count) {
-  Bytes b = {'G', 'G', 'U', 'F'};
-  put_u32(b, 3);
-  put_u64(b, tensor_count);
-  put_u64(b, kv_count);
-  return b;
-}
 
 // Issue 19's hostile files, each under the fuzzer's -max_len (64 KiB): the originals need a
 // sparse 16 GiB file or hundreds of MB, which tests/test_gguf_config.cpp builds instead.
 void issue19(const std::string& dir) {
   // Counts a sparse file has room for: refused by gguf_max_tensor_count / gguf_max_kv_count.
-  save(dir, "issue19-sparse-tensor-count.gguf", header((std::uint64_t(16) << 30) / 24, 0));
-  save(dir, "issue19-kv-count-cap.gguf", header(0, (std::uint64_t(1) << 16) + 1));
+  save(dir, "issue19-sparse-tensor-count.gguf", gguf_header((std::uint64_t(16) << 30) / 24, 0));
+  save(dir, "issue19-kv-count-cap.gguf", gguf_header(0, (std::uint64_t(1) << 16) + 1));
   {  // 1000 tensor infos (the duplicate check was pairwise), the last repeating the 500th
     GgufBuilder g;
     g.str("general.architecture", "bloom");
