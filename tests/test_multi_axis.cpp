@@ -281,6 +281,16 @@ TEST_CASE("multi_axis: bad input", "[multi_axis][errors]") {
   const peal::MultiAxis<B> m({h2, h2});
   REQUIRE_THROWS_WITH(m.A(std::vector<double>{1.0}), Catch::Contains("2 axes"));
   REQUIRE_THROWS_WITH(m.A(std::vector<double>{1.0, std::nan("")}), Catch::Contains("finite"));
+  // apply(), the raw factor, checks its point and vector as A, score and encode_query do (it
+  // read p[a] for every axis: a heap-buffer-overflow for a shorter point).
+  Eigen::VectorXd w = Eigen::VectorXd::Ones(4), w3 = Eigen::VectorXd::Ones(3);
+  REQUIRE_THROWS_WITH(m.apply(w, std::vector<double>{1.0}, false), Catch::Contains("apply: the point has 1 coordinates, the encoding has 2 axes"));
+  REQUIRE_THROWS_WITH(m.apply(w, std::vector<double>{1.0, 2.0, 3.0}, true), Catch::Contains("3 coordinates"));
+  REQUIRE_THROWS_WITH(m.apply(w, std::vector<double>{1.0, INFINITY}, true), Catch::Contains("finite"));
+  REQUIRE_THROWS_WITH(m.apply(w3, std::vector<double>{1.0, 2.0}, false), Catch::Contains("vector has size 3, the encoding acts on size 4"));
+  REQUIRE(w == Eigen::VectorXd::Ones(4));  // nothing applied
+  REQUIRE_NOTHROW(m.apply(w, std::vector<double>{1.0, 2.0}, false));
+  CHECK((w - m.A(std::vector<double>{1.0, 2.0}) * Eigen::VectorXd::Ones(4)).norm() <= 1e-14);
   std::vector<float> x(8);
   const peal::TensorView<float> v(x.data(), 2, 1, 4);
   std::vector<double> p = {1, 2, 3, 4};

@@ -273,3 +273,97 @@ TEST_CASE("scores_nd / per_head: bad input", "[scores_nd][per_head][errors]") {
   REQUIRE_THROWS_WITH(peal::scores(axial, q, P3, q, P3, peal::TensorView<double>(s1.data(), 1, 3, 3)),
                       Catch::Contains("3 axes, the encoding has 2"));
 }
+
+// Outputs that share memory with an input are refused as plain scores / attention refuse them
+// (detail/overlap.hpp), through every wrapper, before anything is written: a per-head call
+// used to check only head h's slices (its output written over a later head's query), an N-D
+// call only its own encoded copies (never the caller's q, k, v against lse).
+TEST_CASE("scores_nd / per_head: outputs overlapping an input are refused, nothing written",
+          "[scores_nd][per_head][errors][overlap]") {
+  using Catch::Contains;
+  using peal::TensorView;
+  const auto heads = peal::retnet<float>(8, 2);
+  const peal::PerHead<std::decay_t<decltype(heads[0])>> ph(heads);
+  const peal::Positions t = peal::Positions::sequence(0);
+  std::vector<float> kv(3 * 8, 0.5f);  // k and v: [3, 1, 8], apart from everything below
+  const TensorView<const float> k(kv.data(), 3, 1, 8);
+  // One buffer for q [1, 2, 8] and the output; out head 0 lies on q head 1 only.
+  std::vector<float> buf(32);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = 0.01f * float(i);
+  const std::vector<float> before = buf;
+  const TensorView<const float> q(buf.data(), 1, 2, 8);
+  SECTION("per-head scores: out [2, 1, 3] over q head 1") {
+    CHECK_THROWS_WITH(peal::scores(ph, q, t, k, t, TensorView<float>(buf.data() + 8, 2, 1, 3)),
+                      Contains("scores: out overlaps q"));
+  }
+  SECTION("per-head attention: out [1, 2, 8] over q head 1") {
+    CHECK_THROWS_WITH(peal::attention(ph, q, t, k, t, k, TensorView<float>(buf.data() + 8, 1, 2, 8)),
+                      Contains("attention: out overlaps q"));
+  }
+  SECTION("per-head encode_queries: destination head 0 is source head 1") {
+    CHECK_THROWS_WITH(peal::encode_queries(ph, q, TensorView<float>(buf.data() + 8, 1, 2, 8), t),
+                      Contains("source and destination overlap"));
+  }
+  SECTION("per-head attention: lse over q head 1, lse over out head 1") {
+    std::vector<double> qd(16, 0.25), od(16);
+    const TensorView<const double> q2(qd.data(), 1, 2, 8);
+    peal::AttentionOptions o;
+    o.lse = qd.data() + 8;
+    CHECK_THROWS_WITH(peal::attention(ph, q2, t, k, t, k, TensorView<double>(od.data(), 1, 2, 8), o),
+                      Contains("lse overlaps"));
+    CHECK(qd == std::vector<double>(16, 0.25));
+    CHECK(od == std::vector<double>(16, 0.0));
+    o.lse = od.data() + 8;
+    CHECK_THROWS_WITH(peal::attention(ph, q2, t, k, t, k, TensorView<double>(od.data(), 1, 2, 8), o),
+                      Contains("lse overlaps"));
+    CHECK(od == std::vector<double>(16, 0.0));
+  }
+  // N-D: the kernels run on encoded copies of q and k, so only the caller's views can show
+  // the overlap.
+  const auto axial = peal::rope_axial_2d<float>(8);
+  const std::vector<double> pts = {0, 0, 1, 0, 0, 1};
+  const peal::PositionsND P1(pts.data(), 1, 2), P3(pts, 2);
+  SECTION("N-D scores and attention: out over q") {
+    CHECK_THROWS_WITH(peal::scores(axial, q, P1, k, P3, TensorView<float>(buf.data() + 12, 2, 1, 3)),
+                      Contains("scores: out overlaps q"));
+    const peal::PositionsND P2(pts.data(), 2, 2);
+    CHECK_THROWS_WITH(peal::scores(axial, k, P3, TensorView<const float>(buf.data(), 2, 1, 8), P2,
+                                   TensorView<float>(buf.data() + 12, 1, 3, 2)),
+                      Contains("scores: out overlaps k"));
+    CHECK_THROWS_WITH(
+        peal::attention(axial, q, P1, k, P3, k, TensorView<float>(buf.data() + 12, 1, 2, 8)),
+        Contains("attention: out overlaps q"));
+  }
+  SECTION("N-D attention: lse over q, k or v") {
+    std::vector<double> qd(16, 0.25), od(16);
+    const TensorView<const double> q2(qd.data(), 1, 2, 8);
+    peal::AttentionOptions o;
+    for (double* at : {qd.data() + 3, qd.data() + 14}) {
+      o.lse = at;
+      CHECK_THROWS_WITH(
+          peal::attention(axial, q2, P1, k, P3, k, TensorView<double>(od.data(), 1, 2, 8), o),
+          Contains("lse overlaps"));
+    }
+    std::vector<double> kd(3 * 8, 0.5);
+    o.lse = kd.data() + 5;
+    const TensorView<const double> k2(kd.data(), 3, 1, 8);
+    CHECK_THROWS_WITH(
+        peal::attention(axial, q2, P1, k2, P3, k, TensorView<double>(od.data(), 1, 2, 8), o),
+        Contains("lse overlaps"));
+    CHECK_THROWS_WITH(
+        peal::attention(axial, q2, P1, k, P3, k2, TensorView<double>(od.data(), 1, 2, 8), o),
+        Contains("lse overlaps"));
+    CHECK(qd == std::vector<double>(16, 0.25));
+    CHECK(kd == std::vector<double>(24, 0.5));
+    CHECK(od == std::vector<double>(16, 0.0));
+  }
+  SECTION("per-head N-D (RoPE-Mixed): out head 0 over q head 1") {
+    const auto mixed = peal::rope_mixed_2d<float>(8, {0.3, 2.1});
+    CHECK_THROWS_WITH(peal::scores(mixed, q, P1, k, P3, TensorView<float>(buf.data() + 8, 2, 1, 3)),
+                      Contains("scores: out overlaps q"));
+    CHECK_THROWS_WITH(
+        peal::attention(mixed, q, P1, k, P3, k, TensorView<float>(buf.data() + 8, 1, 2, 8)),
+        Contains("attention: out overlaps q"));
+  }
+  CHECK(buf == before);
+}

@@ -145,10 +145,13 @@ class MultiAxis {
     return A(negated(p, "G"));
   }
 
-  /// v <- A(p) v (transpose: A(p)^T v), in place: each axis's factor in turn.
+  /// v <- A(p) v (transpose: A(p)^T v), in place: each axis's factor in turn. Throws unless
+  /// v has dim() entries and p axes() finite coordinates.
   template <class V, class P>
   void apply(V&& v, const P& p, bool transpose) const {
-    for (int a = 0; a < axes(); ++a) axis(a).apply(v, Real(p[a]), transpose);
+    detail::require_size(Index(v.size()), dim(), "apply");
+    check_point(p, "apply");
+    apply_checked(v, p, transpose);
   }
   /// q <- F(p) q.
   template <class V, class P>
@@ -156,14 +159,14 @@ class MultiAxis {
     auto&& m = detail::as_eigen(q);
     detail::require_size(m.size(), dim(), "encode_query");
     check_point(p, "encode_query");
-    apply(m, p, /*transpose=*/true);
+    apply_checked(m, p, /*transpose=*/true);
   }
   /// k <- G(p) k.
   template <class V, class P>
   void encode_key(V&& k, const P& p) const {
     auto&& m = detail::as_eigen(k);
     detail::require_size(m.size(), dim(), "encode_key");
-    apply(m, negated(p, "encode_key"), /*transpose=*/false);
+    apply_checked(m, negated(p, "encode_key"), /*transpose=*/false);
   }
   /// Reference score q^T A(p - p') k, through the lag vector p - p'.
   template <class VQ, class P, class VK, class P2>
@@ -180,7 +183,7 @@ class MultiAxis {
       detail::require_finite(lag(a), "score", "p - p'");
     }
     Vector<Scalar> kk = km.template cast<Scalar>();
-    apply(kk, lag, /*transpose=*/false);
+    apply_checked(kk, lag, /*transpose=*/false);
     return qm.template cast<Scalar>().dot(kk);
   }
 
@@ -190,6 +193,11 @@ class MultiAxis {
   MatrixType G(std::initializer_list<Real> p) const { return G(Point(to_point(p))); }
 
  private:
+  // apply() once v and p have been checked (p: axes() finite coordinates).
+  template <class V, class P>
+  void apply_checked(V&& v, const P& p, bool transpose) const {
+    for (int a = 0; a < axes(); ++a) axis(a).apply(v, Real(p[a]), transpose);
+  }
   static Point to_point(std::initializer_list<Real> p) {
     Point x(Eigen::Index(p.size()));
     Eigen::Index i = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention.hpp"
+#include "detail/overlap.hpp"
 #include "encode.hpp"
 #include "errors.hpp"
 #include "scores.hpp"
@@ -105,6 +106,8 @@ void encode(const PerHead<E>& enc, const TensorView<TS>& src, const TensorView<T
   const char* where = Query ? "encode_queries" : "encode_keys";
   require_heads(enc, dst, where, "destination");
   require_heads(enc, src, where, "source");
+  // Whole views: head h's call sees its own slices only, not dst over a later head's source.
+  check_encode_aliasing(src, dst, where);
   for (int h = 0; h < enc.heads(); ++h) {
     if constexpr (Query)
       encode_queries(enc.head(h), slice(src, h), slice(dst, h), pos);
@@ -126,6 +129,7 @@ void scores(const PerHead<E>& enc, const TensorView<Tq>& q, const Pos& tq, const
   if (out.tokens() != hq)
     fail("scores: out has " + std::to_string(out.tokens()) + " heads, q has " +
          std::to_string(hq));
+  check_scores_aliasing(q, k, out, "scores");  // whole views, before head 0 writes
   for (Index h = 0; h < hq; ++h) {
     ScoreOptions o = opt;
     o.alibi_slopes = pick(opt.alibi_slopes, h, hq, "scores", "alibi_slopes");
@@ -141,6 +145,8 @@ void attention(const PerHead<E>& enc, const TensorView<Tq>& q, const Pos& tq,
   const Index hq = q.heads(), nq = q.tokens(), g = group_size(enc, hq, k.heads(), "attention");
   if (v.heads() != k.heads() || out.heads() != hq)
     fail("attention: v must have the key heads and out the query heads");
+  // Whole views (and lse, which the heads' calls do not see), before head 0 writes.
+  check_attention_aliasing(q, k, v, out, opt.lse, "attention");
   std::vector<double> lse(opt.lse ? std::size_t(nq) : 0);
   for (Index h = 0; h < hq; ++h) {
     AttentionOptions o = opt;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "attention.hpp"
+#include "detail/overlap.hpp"
 #include "encode.hpp"
 #include "multi_axis.hpp"
 #include "positions_nd.hpp"
@@ -148,6 +149,8 @@ void scores(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView<Tk
     detail::fail("scores: ALiBi slopes and decays need scalar positions, not N-D points");
   if (q.dim() != Index(enc.dim()) || k.dim() != Index(enc.dim()))
     detail::fail("scores: q and k must have dim " + std::to_string(enc.dim()));
+  // The 1-D call sees the encoded copies only: the caller's views are checked here.
+  detail::check_scores_aliasing(q, k, out, "scores");
   const sn::Encoded<C, E, Tq, Tk> e(enc, q, pq, k, pk, false, "scores");
   const PassThrough<typename E::Scalar> id{enc.dim()};
   scores(id, e.q, Positions::sequence(double(k.tokens() - q.tokens())), e.k,
@@ -168,6 +171,8 @@ void attention(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView
     detail::fail("attention: ALiBi slopes need scalar positions, not N-D points");
   if (q.dim() != Index(enc.dim()) || k.dim() != Index(enc.dim()))
     detail::fail("attention: q and k must have dim " + std::to_string(enc.dim()));
+  // The 1-D call sees the encoded copies only: the caller's views are checked here.
+  detail::check_attention_aliasing(q, k, v, out, opt.lse, "attention");
   const sn::Encoded<C, E, Tq, Tk> e(enc, q, pq, k, pk, opt.keys_encoded, "attention");
   const PassThrough<typename E::Scalar> id{enc.dim()};
   const bool raw_keys = opt.keys_encoded;

@@ -21,6 +21,12 @@
 //    column blocks of one buffer, for instance) count as overlapping. same_elements(a, b):
 //    the views address the same elements of the same type in the same order (the in-place
 //    case of an out-of-place kernel).
+//
+//  * The aliasing rules of the kernels, stated once and applied by every entry point and
+//    every wrapper of it (per_head.hpp, scores_nd.hpp) to the caller's own views, before
+//    anything is written: check_scores_aliasing (out apart from q and k),
+//    check_attention_aliasing (out apart from q, k, v; lse apart from out, q, k, v),
+//    check_encode_aliasing (destination apart from the source, or the very same view).
 #pragma once
 
 #include <algorithm>
@@ -28,7 +34,10 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <type_traits>
+
+#include "../errors.hpp"
 
 namespace peal {
 
@@ -237,6 +246,60 @@ bool same_elements(const VA& a, const VB& b) {
   for (int i = 0; i < 3; ++i)
     if (ea[i] != eb[i] || (ea[i] > 1 && sa[i] != sb[i])) return false;
   return true;
+}
+
+/// n contiguous elements at p, seen as a [n, 1, 1] view by the overlap tests (an option's
+/// output array, such as attention's lse).
+template <class T>
+struct ArrayRun {
+  using element_type = T;
+  struct Steps {
+    Index token, head, elem;
+  };
+  T* p;
+  Index n;
+  T* data() const { return p; }
+  Index tokens() const { return n; }
+  Index heads() const { return 1; }
+  Index dim() const { return 1; }
+  Steps strides() const { return {1, 1, 1}; }
+  bool empty() const { return p == nullptr || n == 0; }
+};
+
+/// scores() writes out while q and k are still being read, tile by tile: out must not share
+/// memory with them (q and k may overlap each other). Throws peal::invalid_argument.
+template <class Q, class K, class O>
+void check_scores_aliasing(const Q& q, const K& k, const O& out, const std::string& where) {
+  if (may_overlap(out, q))
+    fail(where + ": out overlaps q (the output must not share memory with the queries)");
+  if (may_overlap(out, k))
+    fail(where + ": out overlaps k (the output must not share memory with the keys)");
+}
+
+/// attention(): out must not share memory with q, k or v, nor the log-sum-exp output lse
+/// (nq Hq doubles, nullptr: none) with out, q, k or v. Throws peal::invalid_argument.
+template <class Q, class K, class V, class O>
+void check_attention_aliasing(const Q& q, const K& k, const V& v, const O& out, const double* lse,
+                              const std::string& where) {
+  if (may_overlap(out, q)) fail(where + ": out overlaps q (the output must not share memory)");
+  if (may_overlap(out, k)) fail(where + ": out overlaps k (the output must not share memory)");
+  if (may_overlap(out, v)) fail(where + ": out overlaps v (the output must not share memory)");
+  if (lse == nullptr) return;
+  const Index rows = checked_mul(q.tokens(), q.heads());
+  if (rows < 0) fail(where + ": lse would hold more than PTRDIFF_MAX values");
+  const ArrayRun<const double> l{lse, rows};
+  if (may_overlap(out, l) || may_overlap(l, q) || may_overlap(l, k) || may_overlap(l, v))
+    fail(where + ": lse overlaps out, q, k or v");
+}
+
+/// encode_queries / encode_keys / shift_keys read rows after earlier rows of dst were
+/// written: dst must not share memory with src unless it is the very same view (in place).
+template <class S, class D>
+void check_encode_aliasing(const S& src, const D& dst, const std::string& where) {
+  if (!same_elements(src, dst) && may_overlap(src, dst))
+    fail(where +
+         ": source and destination overlap (out of place they must not share memory; pass "
+         "the same view as both to encode in place)");
 }
 
 }  // namespace detail
