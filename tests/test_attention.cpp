@@ -695,3 +695,324 @@ TEST_CASE("attention: bad input throws with a message", "[attention][errors]") {
   CHECK_NOTHROW(peal::attention(decay, Q, Positions(tq), K, Positions(tk), V, O));
   (void)big;
 }
+
+// NaN inputs (docs/kernels-attention.md, "NaN and infinities"): a NaN reaching any score or
+// value a row can see makes the whole row NaN (out and lse) at every tile, thread and key-split
+// layout; masked keys are not seen; rows the NaN does not reach are bitwise those of a run
+// without it, and within the reference's bound.
+namespace {
+
+bool sees(const Problem& p, const AttentionOptions& o, Index i, Index j) {
+  const double ti = p.tq[std::size_t(i)], sj = p.tk[std::size_t(j)];
+  return !(o.causal && sj > ti) && !(ti - sj >= o.window);
+}
+// Rows (query tokens) that see one of `keys`.
+std::vector<int> seeing(const Problem& p, const AttentionOptions& o, const std::vector<Index>& keys) {
+  std::vector<int> hit(std::size_t(p.nq), 0);
+  for (Index i = 0; i < p.nq; ++i)
+    for (Index j : keys) hit[std::size_t(i)] |= sees(p, o, i, j);
+  return hit;
+}
+
+// What a row of query token i, head h, must be.
+// kOverflow: a NaN row, or a finite nonzero out (the +inf limit, or capped scores); kAny: not
+// checked.
+enum Want : int { kExact = 0, kNaN = 1, kOverflow = 2, kAny = 3 };
+
+struct Layout {
+  Index qt, kt;
+  int threads;
+};
+
+// `bad` and `clean` (the same problem without the NaN) under every layout; want[i] for the
+// rows of query token i (its heads h with heads[h] set, all if empty; the others exact).
+template <class E, class EL>
+void check_nan_case(const E& enc, const EL& el, const Problem& clean, const Problem& bad,
+                    const AttentionOptions& base, const std::vector<int>& want,
+                    const std::vector<Layout>& layouts, std::vector<int> heads = {}) {
+  if (heads.empty()) heads.assign(std::size_t(bad.Hq), 1);
+  for (const Layout& L : layouts) {
+    AttentionOptions o = base;
+    o.query_tile = L.qt, o.key_tile = L.kt, o.threads = L.threads;
+    CAPTURE(L.qt, L.kt, L.threads, key_splits(enc, bad, o, L.threads));
+    const Run a = run(enc, bad, o), c = run(enc, clean, o);
+    std::vector<Index> exact_rows;
+    int wrong = 0, differ = 0, reached = 0;
+    std::string first;
+    for (Index i = 0; i < bad.nq; ++i) {
+      const int w = want[std::size_t(i)];
+      if (w == kExact) exact_rows.push_back(i);
+      for (Index h = 0; h < bad.Hq; ++h) {
+        const std::size_t r = std::size_t(i * bad.Hq + h);
+        const float* out = a.out.data() + r * std::size_t(bad.dv);
+        const float* cout = c.out.data() + r * std::size_t(bad.dv);
+        if (w == kExact || !heads[std::size_t(h)]) {
+          if (std::memcmp(out, cout, sizeof(float) * std::size_t(bad.dv)) != 0 ||
+              std::memcmp(&a.lse[r], &c.lse[r], sizeof(double)) != 0) {
+            if (!differ++) first = "row " + std::to_string(i) + " head " + std::to_string(h) +
+                                   " differs from the run without NaN";
+          }
+          continue;
+        }
+        ++reached;
+        if (w == kAny) continue;
+        bool nan = std::isnan(a.lse[r]);
+        for (Index e = 0; e < bad.dv; ++e) nan &= std::isnan(out[e]);
+        // Overflowed scores that are no NaN: ±inf (the +inf limit), or capped by a softcap.
+        bool limit = w == kOverflow && a.lse[r] > -HUGE_VAL, zero = true;
+        for (Index e = 0; e < bad.dv; ++e) limit &= std::isfinite(out[e]), zero &= out[e] == 0;
+        limit &= !zero;  // not "no visible key" (0, and lse -inf or the sink)
+        if (!nan && !limit && !wrong++) {
+          std::ostringstream os;
+          os << "row " << i << " head " << h << ": lse " << a.lse[r] << " out[0] " << out[0]
+             << ", want a NaN row";
+          first = os.str();
+        }
+      }
+    }
+    INFO(first);
+    CHECK(wrong == 0);
+    CHECK(differ == 0);
+    const bool none = std::all_of(want.begin(), want.end(), [](int x) { return x == kExact; });
+    CHECK((none || reached > 0));  // the case reaches the rows it should
+    std::string ref;
+    const int off = exact_rows.empty() ? 0 : check_rows(el, Sizes{}, bad, o, a, exact_rows, ref);
+    INFO(ref);
+    CHECK(off == 0);
+  }
+}
+
+const std::vector<Layout> kPrefillLayouts = {{0, 0, 1}, {0, 0, 2}, {7, 16, 1},
+                                             {7, 16, 2}, {64, 100, 2}, {5, 512, 1}};
+
+}  // namespace
+
+TEST_CASE("attention: NaN in q, k or v gives NaN rows (prefill layouts)", "[attention][nan]") {
+  const auto enc = peal::rope<double>(rope_config(8, peal::Layout::Interleaved));
+  const auto el = peal::rope<long double>(rope_config(8, peal::Layout::Interleaved));
+  // 2000 keys, d = 8 (the report's case); 37 queries spread over them, the last before every key.
+  std::vector<double> tq;
+  for (Index i = 0; i < 36; ++i) tq.push_back(55.0 * double(i) + double(i % 3));
+  tq.push_back(-1);
+  const Problem clean = make_problem(37, 2000, 2, 1, 8, 8, tq, range(2000, 0), 41);
+  const Index d = 8, dv = 8;
+  for (int variant = 0; variant < 2; ++variant) {
+    AttentionOptions base;
+    base.causal = true;
+    if (variant == 1) base.alibi_slopes = {0.01, 0.002}, base.softcap = 5, base.sinks = {0.5, -1};
+    CAPTURE(variant);
+    {
+      INFO("NaN in one element of q row 5");
+      AttentionOptions o = base;
+      Problem p = clean;
+      for (Index h = 0; h < 2; ++h) p.q[std::size_t((5 * 2 + h) * d + 3)] = NAN;
+      for (Index h = 0; h < 2; ++h) p.q[std::size_t((36 * 2 + h) * d + 1)] = NAN;  // sees no key
+      std::vector<int> want(37, kExact);
+      want[5] = kNaN;
+      check_nan_case(enc, el, clean, p, o, want, kPrefillLayouts);
+      o.causal = false;  // now row 36 sees every key
+      want[36] = kNaN;
+      check_nan_case(enc, el, clean, p, o, want, kPrefillLayouts);
+    }
+    {
+      INFO("NaN in key 0: rows that see it (window 1000) are NaN, the others exact");
+      AttentionOptions o = base;
+      Problem p = clean;
+      p.k[0] = NAN;
+      o.window = 1000;
+      check_nan_case(enc, el, clean, p, o, seeing(p, o, {0}), kPrefillLayouts);
+      o.window = HUGE_VAL, o.causal = false;  // every row sees key 0
+      check_nan_case(enc, el, clean, p, o, seeing(p, o, {0}), kPrefillLayouts);
+    }
+    {
+      INFO("NaN in a key of a later tile; earlier rows (a masked future key) exact");
+      AttentionOptions o = base;
+      Problem p = clean;
+      p.k[std::size_t(1500 * d + 7)] = NAN;
+      check_nan_case(enc, el, clean, p, o, seeing(p, o, {1500}), kPrefillLayouts);
+    }
+    {
+      INFO("NaN in one value: every element of the rows that see it, and lse");
+      AttentionOptions o = base;
+      Problem p = clean;
+      p.v[std::size_t(700 * dv + 2)] = NAN;
+      check_nan_case(enc, el, clean, p, o, seeing(p, o, {700}), kPrefillLayouts);
+      p.v[std::size_t(701 * dv + 4)] = -HUGE_VALF;
+      check_nan_case(enc, el, clean, p, o, seeing(p, o, {700}), kPrefillLayouts);
+      // An infinite value: masked, it changes nothing (0 * inf is no NaN here either).
+      p.v[std::size_t(700 * dv + 2)] = HUGE_VALF;
+      std::vector<int> want = seeing(p, o, {700});
+      for (int& w : want) w = w ? kAny : kExact;
+      check_nan_case(enc, el, clean, p, o, want, kPrefillLayouts);
+    }
+    {
+      INFO("q entries of 3e38: scores overflow (inf - inf), never 'no visible key'");
+      AttentionOptions o = base;
+      Problem p = clean;
+      for (Index e = 0; e < 2 * d; ++e) p.q[std::size_t(10 * 2 * d + e)] = 3e38f;
+      std::vector<int> want(37, kExact);
+      want[10] = kOverflow;
+      check_nan_case(enc, el, clean, p, o, want, kPrefillLayouts);
+    }
+  }
+}
+
+TEST_CASE("attention: NaN in decoding (key splits and their merge)", "[attention][nan]") {
+  const auto enc = peal::rope<double>(rope_config(8, peal::Layout::HalfSplit));
+  const auto el = peal::rope<long double>(rope_config(8, peal::Layout::HalfSplit));
+  const Index nk = 4000, Hq = 8, Hk = 2, d = 8, dv = 16;
+  const Problem clean = make_problem(3, nk, Hq, Hk, d, dv, {3997, 3998, 3999}, range(nk, 0), 43);
+  const std::vector<Layout> layouts = {{0, 32, 1}, {0, 32, 2}, {0, 0, 1}, {0, 100, 2}};
+  {
+    AttentionOptions o;
+    o.key_tile = 32;
+    REQUIRE(key_splits(enc, clean, o, 1) > 1);
+    REQUIRE(key_splits(enc, clean, o, 2) > 1);
+  }
+  for (int variant = 0; variant < 2; ++variant) {
+    AttentionOptions base;
+    base.causal = true;
+    if (variant == 1) base.sinks = std::vector<double>(8, 1.0), base.softcap = 3;
+    CAPTURE(variant);
+    auto key_nan = [&](Index j, Index kh) {
+      Problem p = clean;
+      p.k[std::size_t((j * Hk + kh) * d + 1)] = NAN;
+      return p;
+    };
+    // One key head's NaN reaches its group's query heads only.
+    const std::vector<int> group0 = {1, 1, 1, 1, 0, 0, 0, 0};
+    {
+      INFO("a NaN key seen by every row, in an early split");
+      AttentionOptions o = base;
+      check_nan_case(enc, el, clean, key_nan(3, 0), o, {1, 1, 1}, layouts, group0);
+    }
+    {
+      INFO("a NaN key behind the window: every row exact");
+      AttentionOptions o = base;
+      o.window = 3000;
+      check_nan_case(enc, el, clean, key_nan(3, 1), o, {0, 0, 0}, layouts);
+    }
+    {
+      INFO("a NaN key in the last tile, future for rows 0 and 1");
+      AttentionOptions o = base;
+      check_nan_case(enc, el, clean, key_nan(3999, 0), o, {0, 0, 1}, layouts, group0);
+    }
+    {
+      INFO("the only visible key is NaN (window 0.5): its split alone carries the NaN");
+      AttentionOptions o = base;
+      o.window = 0.5;
+      check_nan_case(enc, el, clean, key_nan(3998, 0), o, {0, 1, 0}, layouts, group0);
+    }
+    {
+      INFO("a NaN value, future for row 0");
+      AttentionOptions o = base;
+      Problem p = clean;
+      p.v[std::size_t((3998 * Hk + 0) * dv + 5)] = NAN;
+      check_nan_case(enc, el, clean, p, o, {0, 1, 1}, layouts, group0);
+    }
+    {
+      INFO("NaN in q of row 1");
+      AttentionOptions o = base;
+      Problem p = clean;
+      p.q[std::size_t((1 * Hq + 6) * d)] = NAN;
+      check_nan_case(enc, el, clean, p, o, {0, 1, 0}, layouts, {0, 0, 0, 0, 0, 0, 1, 0});
+    }
+  }
+}
+
+TEST_CASE("scores: NaN inputs give NaN in the pairs they reach", "[attention][nan][scores]") {
+  const auto enc = peal::rope<double>(rope_config(8, peal::Layout::Interleaved));
+  const Index nq = 40, nk = 300, d = 8;
+  const Problem clean = make_problem(nq, nk, 2, 1, d, d, range(nq, 260), range(nk, 0), 47);
+  Problem p = clean;
+  p.q[std::size_t((7 * 2 + 1) * d + 2)] = NAN;  // query 7, head 1
+  p.k[std::size_t(120 * d + 5)] = NAN;          // key 120, both heads
+  p.k[std::size_t(295 * d)] = NAN;              // key 295: future for queries 0..34
+  for (Index kt : {Index(0), Index(16)}) {
+    peal::ScoreOptions o;
+    o.causal = true, o.key_tile = kt, o.query_tile = kt / 2;
+    std::vector<float> a(std::size_t(2 * nq * nk)), c(a.size());
+    peal::scores(enc, p.Q(), Positions(p.tq), p.K(), Positions(p.tk), TensorView<float>(a.data(), 2, nq, nk), o);
+    peal::scores(enc, clean.Q(), Positions(clean.tq), clean.K(), Positions(clean.tk),
+                 TensorView<float>(c.data(), 2, nq, nk), o);
+    int wrong = 0, nans = 0;
+    for (Index h = 0; h < 2; ++h)
+      for (Index i = 0; i < nq; ++i)
+        for (Index j = 0; j < nk; ++j) {
+          const std::size_t x = std::size_t((h * nq + i) * nk + j);
+          const bool visible = p.tk[std::size_t(j)] <= p.tq[std::size_t(i)];
+          const bool reached = visible && ((i == 7 && h == 1) || j == 120 || j == 295);
+          nans += reached;
+          wrong += reached ? !std::isnan(a[x]) : std::memcmp(&a[x], &c[x], sizeof(float)) != 0;
+        }
+    CAPTURE(kt);
+    CHECK(nans > 0);
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("attention: NaN through N-D attention and PerHead", "[attention][nan][scores_nd][per_head]") {
+  auto nan_row = [](const std::vector<float>& out, const std::vector<double>& lse, Index r, Index dv) {
+    bool all = std::isnan(lse[std::size_t(r)]);
+    for (Index e = 0; e < dv; ++e) all &= std::isnan(out[std::size_t(r * dv + e)]);
+    return all;
+  };
+  auto same_row = [](const std::vector<float>& a, const std::vector<float>& b, const std::vector<double>& la,
+                     const std::vector<double>& lb, Index r, Index dv) {
+    return std::memcmp(&a[std::size_t(r * dv)], &b[std::size_t(r * dv)], sizeof(float) * std::size_t(dv)) == 0 &&
+           std::memcmp(&la[std::size_t(r)], &lb[std::size_t(r)], sizeof(double)) == 0 &&
+           std::isfinite(la[std::size_t(r)]);
+  };
+  {  // N-D: 2-D axial RoPE over a 4 x 3 grid, masks by token order.
+    const auto enc = peal::rope_axial_2d<float>(32);
+    const std::vector<double> grid = peal::vit_grid_positions(4, 3);
+    const peal::PositionsND P(grid, 2);
+    const Problem clean = make_problem(12, 12, 2, 2, 32, 32, {}, {}, 51);
+    Problem p = clean;
+    p.k[std::size_t((5 * 2 + 1) * 32 + 9)] = NAN;  // token 5, key head 1
+    for (bool causal : {false, true})
+      for (Index kt : {Index(0), Index(4)}) {
+        AttentionOptions o;
+        o.causal = causal, o.key_tile = kt, o.query_tile = kt / 2;
+        std::vector<float> a(12 * 2 * 32), c(a.size());
+        std::vector<double> la(24), lc(24);
+        o.lse = la.data();
+        peal::attention(enc, p.Q(), P, p.K(), P, p.V(), TensorView<float>(a.data(), 12, 2, 32), o);
+        o.lse = lc.data();
+        peal::attention(enc, clean.Q(), P, clean.K(), P, clean.V(), TensorView<float>(c.data(), 12, 2, 32), o);
+        int wrong = 0;
+        for (Index i = 0; i < 12; ++i)
+          for (Index h = 0; h < 2; ++h) {
+            const bool reached = h == 1 && (!causal || i >= 5);
+            wrong += reached ? !nan_row(a, la, i * 2 + h, 32) : !same_row(a, c, la, lc, i * 2 + h, 32);
+          }
+        CAPTURE(causal, kt);
+        CHECK(wrong == 0);
+      }
+  }
+  {  // PerHead: RetNet's per-head decays, NaN in one value of key head 0 (query heads 0, 1).
+    const auto heads = peal::retnet<float>(32, 4);
+    const peal::PerHead<std::decay_t<decltype(heads[0])>> enc(heads);
+    const std::vector<double> t = {0, 1, 2.5, 3, 7, 7.25, 100, 101};
+    const Problem clean = make_problem(8, 8, 4, 2, 32, 32, t, t, 53);
+    Problem p = clean;
+    p.v[std::size_t((3 * 2 + 0) * 32 + 30)] = NAN;
+    p.q[std::size_t((1 * 4 + 3) * 32)] = NAN;  // query 1, head 3
+    AttentionOptions o;
+    o.causal = true;
+    std::vector<float> a(8 * 4 * 32), c(a.size());
+    std::vector<double> la(32), lc(32);
+    o.lse = la.data();
+    peal::attention(enc, p.Q(), Positions(t), p.K(), Positions(t), p.V(), TensorView<float>(a.data(), 8, 4, 32), o);
+    o.lse = lc.data();
+    peal::attention(enc, clean.Q(), Positions(t), clean.K(), Positions(t), clean.V(),
+                    TensorView<float>(c.data(), 8, 4, 32), o);
+    int wrong = 0;
+    for (Index i = 0; i < 8; ++i)
+      for (Index h = 0; h < 4; ++h) {
+        const bool reached = (h < 2 && i >= 3) || (i == 1 && h == 3);
+        wrong += reached ? !nan_row(a, la, i * 4 + h, 32) : !same_row(a, c, la, lc, i * 4 + h, 32);
+      }
+    CHECK(wrong == 0);
+  }
+}

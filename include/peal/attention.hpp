@@ -60,7 +60,8 @@ struct AttentionOptions {
   /// The keys hold G(s_j) k_j already (encode_keys); only for pure rotations.
   bool keys_encoded = false;
   /// Log-sum-exp of each row's logits (natural log, with the sink), lse[i * Hq + h]; −inf
-  /// for a row with no visible key and no sink. nullptr: not written.
+  /// for a row with no visible key and no sink, NaN for a row a NaN reaches. nullptr: not
+  /// written.
   double* lse = nullptr;
   /// Threads with OpenMP (0: omp_get_max_threads()); results do not depend on it.
   int threads = 0;
@@ -145,7 +146,9 @@ void run_attention(const E& enc, const TensorView<Tq>& q, const Positions& tq,
 /// q: [nq, Hq, d], k: [nk, Hk, d], v: [nk, Hk, dv] (float, double, Eigen::half or
 /// Eigen::bfloat16, const or not), out: [nq, Hq, dv] of any of these, not overlapping q, k,
 /// v. Arithmetic: double if q, k or v stores double, float otherwise. A row with no visible
-/// key gives zeros (lse −inf, or σ_h with a sink). Throws peal::invalid_argument on
+/// key gives zeros (lse −inf, or σ_h with a sink); a NaN in a visible logit or value (q, k,
+/// v, or inf − inf) makes the whole row NaN, out and lse; masked keys are not seen
+/// (docs/kernels-attention.md, "NaN and infinities"). Throws peal::invalid_argument on
 /// inconsistent extents, positions or options, on overlapping views and on keys_encoded
 /// for an encoding whose G(s) is not bounded.
 template <class E, class Tq, class Tk, class Tv, class To>

@@ -16,6 +16,15 @@
 // +inf keys share the weight equally. A row with no visible key keeps m = −inf, l = 0 and
 // gives out = 0, lse = −inf (or the sink logit alone: lse = σ_h, out = 0).
 //
+// NaN (docs/kernels-attention.md, "NaN and infinities"): a NaN logit a row can see, or a NaN
+// that P V gives its O, makes the whole row NaN (out and lse). The hot path pays nothing for
+// it: a NaN logit reaches l through Σ_j P_j (e^NaN = NaN) and stays there (NaN · corr + ...);
+// only the rare branches that do not form that sum (nothing visible yet, +inf logits) look
+// for it. m itself never becomes NaN (std::max(m, NaN) = m), so the rescaling stays finite.
+// Masked keys are not seen: in a tile cut by a mask, V rows holding inf or NaN are taken out
+// of the GEMM (the weight 0 of a masked key times inf or NaN would be NaN) and added back to
+// the rows that see them (nonfinite_values).
+//
 // Decoding (key splits, TileRun::key_splits()): each range of key tiles leaves its own
 // (m, l, O) for the rows of its unit; finish() merges them with the log-sum-exp rule
 //     m* = max_s m_s,  l* = Σ_s e^{m_s − m*} l_s,  O* = Σ_s e^{m_s − m*} O_s,
@@ -69,6 +78,7 @@ class AttentionSink : public InPlaceSink<C> {
     Index ldv = 0;
     Buf<std::remove_cv_t<Tv>> vstage;  // every head's V rows of a key tile (key_block)
     Index staged = -1;                  // the key tile in vstage, or −1
+    int vfinite = -1;                   // V of the current key tile all finite: 1, 0, or −1 unknown
     template <class Run>
     void carve(Arena& a, const Run& r) {
       const Index TQm = r.query_plan().max_rows, TKm = r.key_plan().max_rows;
@@ -140,6 +150,7 @@ class AttentionSink : public InPlaceSink<C> {
                                        : TensorView<const TV>(v_);
     if (w.staged == J) j0 = 0;
     value_rows(v, j0, n, kh, w.vtile.data(), w.vrows, w.ldv);
+    w.vfinite = -1;
   }
 
   /// Head h's logits of tile (I, J) (rows(I) x rows(J), in place) become the weights P of
@@ -154,8 +165,7 @@ class AttentionSink : public InPlaceSink<C> {
     const Index base = slot(r, h / r.group()) +
                        (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * r.group() + g * m;
     // Masks that cut this tile (whole tiles were skipped by the driver).
-    const bool causal = opt_.causal && kp.hi[std::size_t(J)] > qp.lo[std::size_t(I)];
-    const bool window = qp.hi[std::size_t(I)] - kp.lo[std::size_t(J)] >= opt_.window;
+    const bool causal = causal_cut(r, I, J), window = window_cut(r, I, J);
     const bool alibi = !opt_.alibi_slopes.empty() && opt_.alibi_slopes[std::size_t(h)] != 0;
     const double mh = alibi ? opt_.alibi_slopes[std::size_t(h)] : 0.0;
     const C cap = C(opt_.softcap), inv_cap = opt_.softcap > 0 ? C(1 / opt_.softcap) : C(0);
@@ -183,6 +193,10 @@ class AttentionSink : public InPlaceSink<C> {
     const Index m = qp.rows(I), n = r.key_plan().rows(J), G = r.group();
     if (dv_ == 0 || n == 0) return;
     const Index base = slot(r, kh) + (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * G;
+    if (cut(r, I, J)) {  // a masked key's weight 0 must not meet an inf or NaN value
+      if (w.vfinite < 0) w.vfinite = values_finite(w, n);
+      if (!w.vfinite) return nonfinite_values(r, w, tile, base, I, J);
+    }
     eigen_gemm::gemm_ab<C, Eigen::RowMajor>(G * m, dv_, n, tile, n, w.vrows, w.ldv,
                                             w.o.data() + base * dv_, dv_, C(1), w.blocking);
   }
@@ -219,7 +233,12 @@ class AttentionSink : public InPlaceSink<C> {
     std::vector<C> acc(static_cast<std::size_t>(dv_), C(0));
     for (Index p = 0; p < rows; ++p) {
       double mx = -kInf;
-      for (Index s = 0; s < splits_; ++s) mx = std::max(mx, part_m_[std::size_t(s * rows + p)]);
+      bool nan = false;  // a split's NaN, also one whose logits are all −inf (skipped below)
+      for (Index s = 0; s < splits_; ++s) {
+        mx = std::max(mx, part_m_[std::size_t(s * rows + p)]);
+        nan |= std::isnan(part_l_[std::size_t(s * rows + p)]) ||
+               has_nan(part_o_.data() + (s * rows + p) * dv_);
+      }
       double l = 0;
       std::fill(acc.begin(), acc.end(), C(0));
       if (mx > -kInf)
@@ -231,7 +250,7 @@ class AttentionSink : public InPlaceSink<C> {
           const C* o = part_o_.data() + (s * rows + p) * dv_;
           for (Index e = 0; e < dv_; ++e) acc[std::size_t(e)] += C(f) * o[e];
         }
-      finalize(p / Hq, p % Hq, mx, l, acc.data());
+      finalize(p / Hq, p % Hq, mx, nan ? kNaN : l, acc.data());
     }
   }
 
@@ -249,7 +268,68 @@ class AttentionSink : public InPlaceSink<C> {
   }
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();
+  static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   static constexpr C kInfC = std::numeric_limits<C>::infinity();
+
+  // Whether a mask cuts tile (I, J) (whole masked tiles were skipped by the driver).
+  template <class Run>
+  bool causal_cut(const Run& r, Index I, Index J) const {
+    return opt_.causal && r.key_plan().hi[std::size_t(J)] > r.query_plan().lo[std::size_t(I)];
+  }
+  template <class Run>
+  bool window_cut(const Run& r, Index I, Index J) const {
+    return r.query_plan().hi[std::size_t(I)] - r.key_plan().lo[std::size_t(J)] >= opt_.window;
+  }
+  template <class Run>
+  bool cut(const Run& r, Index I, Index J) const {
+    return causal_cut(r, I, J) || window_cut(r, I, J);
+  }
+  bool sees(double t, double s) const { return !(opt_.causal && s > t) && t - s < opt_.window; }
+  bool has_nan(const C* o) const {
+    bool nan = false;
+    for (Index e = 0; e < dv_; ++e) nan |= std::isnan(o[e]);
+    return nan;
+  }
+  bool finite_row(const C* v) const {
+    return Eigen::Map<const Eigen::Array<C, Eigen::Dynamic, 1>>(v, dv_).allFinite();
+  }
+  int values_finite(const Work& w, Index n) const {
+    for (Index j = 0; j < n; ++j)
+      if (!finite_row(w.vrows + j * w.ldv)) return 0;
+    return 1;
+  }
+
+  // O += P V_J for a cut tile whose V has inf or NaN rows: the GEMM without them, then each
+  // such row times its weights, for the rows that see its key only (rare: a slow path).
+  template <class Run>
+  void nonfinite_values(const Run& r, Work& w, const C* tile, Index base, Index I, Index J) const {
+    const auto& qp = r.query_plan();
+    const Index i0 = qp.begin[std::size_t(I)], m = qp.rows(I);
+    const Index j0 = r.key_plan().begin[std::size_t(J)], n = r.key_plan().rows(J), G = r.group();
+    std::vector<C> vc(std::size_t(n * dv_));
+    std::vector<Index> bad;
+    for (Index j = 0; j < n; ++j) {
+      const C* v = w.vrows + j * w.ldv;
+      if (finite_row(v))
+        std::copy_n(v, dv_, vc.data() + j * dv_);
+      else
+        bad.push_back(j);  // its row of vc stays 0
+    }
+    C* o = w.o.data() + base * dv_;
+    eigen_gemm::gemm_ab<C, Eigen::RowMajor>(G * m, dv_, n, tile, n, vc.data(), dv_, o, dv_, C(1),
+                                            w.blocking);
+    for (Index j : bad) {
+      const C* v = w.vrows + j * w.ldv;
+      for (Index i = 0; i < m; ++i) {
+        if (!sees(r.t(i0 + i), r.s(j0 + j))) continue;
+        for (Index g = 0; g < G; ++g) {
+          const C p = tile[(g * m + i) * n + j];
+          C* oi = o + (g * m + i) * dv_;
+          for (Index e = 0; e < dv_; ++e) oi[e] += p * v[e];
+        }
+      }
+    }
+  }
 
   // One row of logits x + b (n of them; b the ALiBi bias in double, or none) into the
   // running state; x becomes the weights P.
@@ -263,21 +343,22 @@ class AttentionSink : public InPlaceSink<C> {
     }
     double& mr = w.m[std::size_t(row)];
     const double mnew = std::max(mr, mx);
-    if (!(mnew > -kInf)) {  // nothing visible yet
+    double& lr = w.l[std::size_t(row)];
+    if (!(mnew > -kInf)) {  // nothing visible yet, unless a NaN (no maximum) hides in x
+      if (xa.hasNaN()) lr = kNaN;
       xa.setZero();
       return;
     }
     const double corr = mr == mnew ? 1.0 : std::exp(mr - mnew);  // mr = −inf: 0
     if (mnew == kInf) {  // +inf logits: the limit of the softmax
-      for (Index j = 0; j < n; ++j) x[j] = x[j] == kInfC ? C(1) : C(0);
+      for (Index j = 0; j < n; ++j) x[j] = x[j] == kInfC ? C(1) : std::isnan(x[j]) ? x[j] : C(0);
     } else if (b) {
       for (Index j = 0; j < n; ++j) x[j] = C((b[j] - mnew) + double(x[j]));
       xa = xa.exp();
     } else {
       xa = (xa - C(mnew)).exp();
     }
-    double& lr = w.l[std::size_t(row)];
-    lr = lr * corr + double(xa.sum());
+    lr = lr * corr + double(xa.sum());  // a NaN logit makes it NaN, for good
     if (corr != 1.0) {
       C* o = w.o.data() + row * dv_;
       const C c = C(corr);
@@ -286,10 +367,13 @@ class AttentionSink : public InPlaceSink<C> {
     mr = mnew;
   }
 
-  // out[i, h, :] = O / l with the sink logit σ_h in the denominator; lse[i, h] = ln Σ.
+  // out[i, h, :] = O / l with the sink logit σ_h in the denominator; lse[i, h] = ln Σ. A NaN
+  // in l or in O (a NaN logit or value reached the row) makes all of it NaN.
   void finalize(Index i, Index h, double m, double l, const C* o) const {
     double scale = 0, lse = -kInf;
-    if (!opt_.sinks.empty()) {
+    if (std::isnan(l) || has_nan(o)) {
+      scale = lse = kNaN;
+    } else if (!opt_.sinks.empty()) {
       const double sg = opt_.sinks[std::size_t(h)];
       const double mx = std::max(m, sg);
       const double fo = !(m > -kInf) ? 0.0 : m == mx ? 1.0 : std::exp(m - mx);
