@@ -8,7 +8,10 @@
 // call runs on a fresh thread, so that its thread-local arena and table cache start empty
 // and their allocation is seen. Eigen's own matrices use malloc directly and are not
 // counted; scores() keeps its working memory in std::vector and its arena (new[]).
+//
+// Also: the thread count (threads up to INT_MAX, bitwise the result of one thread).
 #include <atomic>
+#include <climits>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include <peal/scores.hpp>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -245,5 +249,69 @@ TEST_CASE("linear_attention: working memory does not grow with n x n", "[linear]
                  << " at n = 8192");
     const long long block = form == peal::LinearForm::parallel ? (2 << 20) + 16 * 8192 : 0;
     CHECK(large <= small + block + 64 * (8192 - 512));
+  }
+}
+
+// threads (ScoreOptions, AttentionOptions): any count up to INT_MAX is taken. The tile driver
+// (detail/tile_run.hpp) clamps it before its products (`4 * threads` overflowed int past
+// 2^29: undefined behaviour, in practice a division by zero with 4 key heads), and results are
+// bitwise those of one thread whatever the count (docs/kernels-scores.md §2). With OpenMP the
+// prefill problem has work for 4 threads (2 x 8 x 256 x 256 x 32 flops, > 4 x 2^23) and units
+// for more; the decode problem (1 query, one key head) goes through the key splits.
+TEST_CASE("scores / attention: threads up to INT_MAX give the bits of one thread",
+          "[scores][attention][threads]") {
+  const Index d = 32, Hq = 8, Hk = 4;
+  const auto enc = bank(int(d / 2), -1e-3);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> N(0.0f, 1.0f);
+  auto fill = [&](Index n) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (auto& e : x) e = N(rng);
+    return x;
+  };
+  const int counts[] = {2, 3, (1 << 29) - 1, 1 << 29, (1 << 29) + 1, INT_MAX - 1, INT_MAX};
+  SECTION("scores, prefill") {
+    const Index n = 256;
+    const auto q = fill(n * Hq * d), k = fill(n * Hk * d);
+    auto run = [&](int threads) {
+      std::vector<float> out(std::size_t(Hq * n * n));
+      ScoreOptions opt;
+      opt.causal = true, opt.threads = threads, opt.query_tile = 32, opt.key_tile = 64;
+      peal::scores(enc, TensorView<const float>(q.data(), n, Hq, d), Positions::sequence(0.0),
+                   TensorView<const float>(k.data(), n, Hk, d), Positions::sequence(0.0),
+                   TensorView<float>(out.data(), Hq, n, n), opt);
+      return out;
+    };
+    const auto one = run(1);
+    for (int t : counts) {
+      CAPTURE(t);
+      CHECK(run(t) == one);
+    }
+  }
+  SECTION("attention, prefill and decode") {
+    for (Index nq : {Index(256), Index(1)}) {
+      const Index nk = 256, hk = nq == 1 ? 1 : Hk;
+      const auto q = fill(nq * Hq * d), k = fill(nk * hk * d), v = fill(nk * hk * d);
+      auto run = [&](int threads) {
+        std::vector<float> out(std::size_t(nq * Hq * d));
+        std::vector<double> lse(std::size_t(nq * Hq));
+        peal::AttentionOptions opt;
+        opt.causal = true, opt.threads = threads, opt.lse = lse.data();
+        opt.query_tile = 32, opt.key_tile = 32;
+        peal::attention(enc, TensorView<const float>(q.data(), nq, Hq, d),
+                        Positions::sequence(double(nk - nq)),
+                        TensorView<const float>(k.data(), nk, hk, d), Positions::sequence(0.0),
+                        TensorView<const float>(v.data(), nk, hk, d),
+                        TensorView<float>(out.data(), nq, Hq, d), opt);
+        return std::make_pair(out, lse);
+      };
+      const auto one = run(1);
+      for (int t : counts) {
+        CAPTURE(nq, t);
+        const auto got = run(t);
+        CHECK(got.first == one.first);
+        CHECK(got.second == one.second);
+      }
+    }
   }
 }

@@ -117,6 +117,9 @@ class TileRun {
   static constexpr Index kSplitUnits = 8;
   // At most this many queries (and more than one key head): decoding, across_ below.
   static constexpr Index kAcrossQueries = 16;
+  // Threads asked for (ScoreOptions::threads, 0: omp_get_max_threads()) beyond this count as
+  // this many: no count overflows the products below, nor asks OpenMP for 2^31 threads.
+  static constexpr int kMaxThreads = 1024;
 
  public:
   TileRun(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
@@ -246,13 +249,13 @@ class TileRun {
 #ifdef _OPENMP
     if (!omp_in_parallel()) nt = opt.threads > 0 ? opt.threads : omp_get_max_threads();
 #endif
-    nt = std::max(nt, 1);
+    nt = std::clamp(nt, 1, kMaxThreads);
     const Index nqt = qp_.size();
     Index row_bytes = G_ * d_ * Index(sizeof(C)) + (has_decay_ ? G_ * 8 : 0);
     const Index cap_tiles =
         std::max<Index>(1, kBlockBytes / std::max<Index>(1, row_bytes) / qp_.max_rows);
     const Index head_units = across_ ? 1 : Hk_;
-    const Index want_blocks = nt > 1 ? (4 * nt + head_units - 1) / head_units : 1;
+    const Index want_blocks = nt > 1 ? (4 * Index(nt) + head_units - 1) / head_units : 1;
     tiles_per_block_ =
         std::min(cap_tiles, std::max<Index>(1, (nqt + want_blocks - 1) / want_blocks));
     blocks_ = (nqt + tiles_per_block_ - 1) / tiles_per_block_;
