@@ -6,8 +6,11 @@
 //   and two chained calls against one call; read() between updates and advance(); RetNet
 //   (gamma = 1 - 2^-5) over 65,536 tokens in float against double; decays so strong that the
 //   naive chunk factors overflow float; ties and queries at other times than the keys; the
-//   thread count (bitwise); every bad input with its message; and tests that must fail (a
-//   reference without the decay, with a decay or a scale slightly off).
+//   thread count (bitwise, up to INT_MAX); every bad input with its message; and tests that must
+//   fail (a reference without the decay, with a decay or a scale slightly off). Issue 19: a
+//   chunk past the keys is one chunk (item 2), any thread count (6), a state refuses another
+//   encoding (8), growth past the range is non-finite everywhere (9), concurrent const reads of
+//   one LinearState.
 // The encoding families: tests/test_linear_families.cpp.
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -710,4 +713,414 @@ TEST_CASE("linear attention: LinearState refuses overlapping views and absurd si
   const peal::Index huge = peal::Index(1) << 61;
   CHECK_THROWS_AS((LinearState<std::decay_t<decltype(enc)>, float>(enc, 2, 2, huge, opt)),
                   peal::invalid_argument);
+}
+
+namespace {
+
+/// out [nq, Hq, dv] of one call, in float storage.
+template <class E>
+std::vector<float> linear_out(const E& enc, const Packed<float>& q, const std::vector<double>& tq,
+                              const Packed<float>& k, const std::vector<double>& tk,
+                              const Packed<float>& v, const LinearAttentionOptions& opt) {
+  std::vector<float> out(std::size_t(q.n * q.H * v.dim), std::nanf(""));
+  peal::linear_attention(enc, q.view(), Positions(tq), k.view(), Positions(tk), v.view(),
+                         TensorView<float>(out.data(), q.n, q.H, v.dim), opt);
+  return out;
+}
+
+/// The same, continuing a fresh state after a prefill of the first `split` tokens with `pre`
+/// (the state's options); the outputs of both calls, then every entry of M of every state head.
+template <class E>
+std::vector<double> continued_out(const E& enc, const Packed<float>& q, const Packed<float>& k,
+                                  const Packed<float>& v, const std::vector<double>& t, Index split,
+                                  const LinearAttentionOptions& pre,
+                                  const LinearAttentionOptions& opt) {
+  LinearState<E, float> st(enc, q.H, k.H, v.dim, pre);
+  const Index n = q.n;
+  Out<float> o(n, q.H, v.dim);
+  const std::vector<double> t0(t.begin(), t.begin() + split), t1(t.begin() + split, t.end());
+  peal::linear_attention(enc, q.view(0, split), Positions(t0), k.view(0, split), Positions(t0),
+                         v.view(0, split), o.view(0, split), pre, st);
+  peal::linear_attention(enc, q.view(split), Positions(t1), k.view(split), Positions(t1),
+                         v.view(split), o.view(split), opt, st);
+  std::vector<double> all(o.x.begin(), o.x.end());
+  for (Index s = 0; s < st.heads(); ++s) {
+    const auto M = st.matrix(s);
+    all.insert(all.end(), M.data(), M.data() + M.size());
+  }
+  return all;
+}
+
+}  // namespace
+
+// Issue 19 item 2: the chunkwise form sized its working memory by `chunk`, not by the keys (300
+// tokens with chunk = 1e5 peaked at 464 MB, 1e7 and more ran out of memory, 2^62 overflowed a
+// signed product). A chunk at least the number of keys is one chunk: the same bits as chunk = n.
+TEST_CASE("linear attention: a chunk larger than the keys acts as one chunk", "[linear][chunk]") {
+  std::mt19937_64 rng(517);
+  const auto tw = mixed_twins(518);
+  const auto& enc = tw.e;
+  const Index n = 300, Hq = 2, Hk = 1, d = enc.dim(), dv = 8;
+  const Packed<float> q(n, Hq, d, rng), k(n, Hk, d, rng), v(n, Hk, dv, rng);
+  const std::vector<double> t = irregular(n, 10, rng);
+  LinearAttentionOptions opt;
+  opt.decay = {0.97, 1.0};
+  opt.form = LinearForm::chunkwise;
+  opt.chunk = n;
+  const std::vector<float> want = linear_out(enc, q, t, k, t, v, opt);
+  const std::vector<double> want_st = continued_out(enc, q, k, v, t, 120, opt, opt);
+  const Index big[] = {n + 1, 100000, 100000000, Index(1) << 62,
+                       std::numeric_limits<Index>::max()};
+  for (Index c : big) {
+    CAPTURE(c);
+    LinearAttentionOptions o = opt;
+    o.chunk = c;
+    std::vector<float> got;
+    REQUIRE_NOTHROW(got = linear_out(enc, q, t, k, t, v, o));
+    CHECK(same_bits(got, want));
+    std::vector<double> got_st;
+    REQUIRE_NOTHROW(got_st = continued_out(enc, q, k, v, t, 120, o, o));
+    CHECK(same_bits(got_st, want_st));
+  }
+  // RetNet's chunkwise normalisation (a pure rotation): one chunk of every key.
+  const auto rot = peal::retnet_rotation<double>(16);
+  const Packed<float> q16(n, 1, 16, rng), k16(n, 1, 16, rng);
+  LinearAttentionOptions rn;
+  rn.decay = {kRetNetGamma};
+  rn.form = LinearForm::chunkwise;
+  rn.normalization = peal::LinearNorm::retnet;
+  rn.chunk = n;
+  const std::vector<float> want_rn = linear_out(rot, q16, t, k16, t, v, rn);
+  for (Index c : big) {
+    CAPTURE(c);
+    rn.chunk = c;
+    std::vector<float> got;
+    REQUIRE_NOTHROW(got = linear_out(rot, q16, t, k16, t, v, rn));
+    CHECK(same_bits(got, want_rn));
+  }
+  // A negative chunk is refused (0 is the automatic size).
+  for (Index c : {Index(-1), std::numeric_limits<Index>::min()}) {
+    LinearAttentionOptions o = opt;
+    o.chunk = c;
+    CHECK_THROWS_WITH(linear_out(enc, q, t, k, t, v, o), Contains("chunk must be >= 0"));
+  }
+}
+
+// Issue 19 item 6: `threads` above 2^29 overflowed a signed product of the tile driver (4 * nt)
+// on the way from linear_attention. Any count is accepted and gives the bits of one thread; the
+// count a run uses is what its work can use.
+TEST_CASE("linear attention: any thread count up to INT_MAX gives the bits of one thread",
+          "[linear][threads]") {
+  std::mt19937_64 rng(519);
+  const auto tw = mixed_twins(520);
+  const auto& enc = tw.e;
+  const Index n = 200, Hq = 4, Hk = 2, d = enc.dim(), dv = 8;
+  const Packed<float> q(n, Hq, d, rng), k(n, Hk, d, rng), v(n, Hk, dv, rng);
+  const std::vector<double> t = irregular(n, 10, rng);
+  LinearAttentionOptions opt;
+  opt.decay = {0.9, 0.95, 0.99, 1};
+  opt.chunk = 32;
+  const int counts[] = {std::numeric_limits<int>::max(), std::numeric_limits<int>::max() - 1,
+                        (1 << 29) + 1, 1 << 30, 3};
+  for (auto form : {LinearForm::automatic, LinearForm::parallel, LinearForm::chunkwise,
+                    LinearForm::recurrent}) {
+    CAPTURE(form_name(form));
+    opt.form = form;
+    opt.threads = 1;
+    const std::vector<float> want = linear_out(enc, q, t, k, t, v, opt);
+    const std::vector<double> want_st = continued_out(enc, q, k, v, t, 77, opt, opt);
+    for (int c : counts) {
+      CAPTURE(c);
+      LinearAttentionOptions o = opt;
+      o.threads = c;
+      CHECK(same_bits(linear_out(enc, q, t, k, t, v, o), want));
+      CHECK(same_bits(continued_out(enc, q, k, v, t, 77, o, o), want_st));
+#ifdef _OPENMP
+      // The count a run may start: at most kMaxThreads (1024), whatever is asked.
+      using E = std::decay_t<decltype(enc)>;
+      peal::detail::linear::StateData<float> st;
+      peal::detail::linear::init_state(st, Hq, Hk, d, dv, o);
+      std::vector<float> out(std::size_t(n * Hq * dv));
+      const peal::detail::linear::LinearRun<float, E, const float, const float, const float, float>
+          run(enc, q.view(), Positions(t), k.view(), Positions(t), v.view(),
+              TensorView<float>(out.data(), n, Hq, dv), o, st, false);
+      CHECK(run.threads() >= 1);
+      CHECK(run.threads() <= std::min(c, peal::detail::linear::kMaxThreads));
+#endif
+    }
+  }
+}
+
+namespace {
+
+/// A user encoding peal has no coder for (the per-row fallback): X = [[a, w], [-w, a]].
+class UserRotation : public peal::Encoding<UserRotation, double> {
+ public:
+  using MatrixType = Eigen::Matrix<double, 2, 2>;
+  UserRotation(double a, double w) : a_(a), w_(w) {}
+  static constexpr int dim() { return 2; }
+  MatrixType generator() const {
+    MatrixType x;
+    x << a_, w_, -w_, a_;
+    return x;
+  }
+  MatrixType A(double tau) const {
+    const double g = std::exp(a_ * tau), c = std::cos(w_ * tau), s = std::sin(w_ * tau);
+    MatrixType m;
+    m << g * c, g * s, -g * s, g * c;
+    return m;
+  }
+  template <class V>
+  void apply(V&& v, double tau, bool transpose) const {
+    const double g = std::exp(a_ * tau), c = g * std::cos(w_ * tau), s = g * std::sin(w_ * tau);
+    const double x0 = double(v(0)), x1 = double(v(1)), t = transpose ? -s : s;
+    using T = std::decay_t<decltype(v(0))>;
+    v(0) = T(c * x0 + t * x1);
+    v(1) = T(c * x1 - t * x0);
+  }
+
+ private:
+  double a_, w_;
+};
+
+/// Prefill a state of `made` (2 query heads, 1 key head, dv 3) over 6 tokens and one step(),
+/// then continue it with `other` over 3 more: the message of the refusal ("" when accepted).
+/// A refused call leaves the state as it was: the same matrix, and the next step gives the
+/// bits of a state that never saw the call (step() holds a rotation's state in the absolute
+/// frame, which a refused call must not convert).
+template <class E>
+std::string continue_with(const E& made, const E& other) {
+  std::mt19937_64 rng(521);
+  const Index d = made.dim();
+  const Packed<float> q(11, 2, d, rng), k(11, 1, d, rng), v(11, 1, 3, rng);
+  const std::vector<double> t0 = regular(6, 0), t1 = regular(3, 7);
+  LinearState<E, float> st(made, 2, 1, 3);
+  Out<float> o(11, 2, 3), o2(11, 2, 3);
+  peal::linear_attention(made, q.view(0, 6), Positions(t0), k.view(0, 6), Positions(t0),
+                         v.view(0, 6), o.view(0, 6), LinearAttentionOptions{}, st);
+  st.step(k.view(6, 1), v.view(6, 1), q.view(6, 1), 6.0, o.view(6, 1));
+  LinearState<E, float> twin = st;
+  const auto M = st.matrix(0);
+  try {
+    peal::linear_attention(other, q.view(7, 3), Positions(t1), k.view(7, 3), Positions(t1),
+                           v.view(7, 3), o.view(7, 3), LinearAttentionOptions{}, st);
+  } catch (const peal::invalid_argument& e) {
+    CHECK(st.time() == 6.0);
+    CHECK((st.matrix(0).array() == M.array()).all());
+    st.step(k.view(10, 1), v.view(10, 1), q.view(10, 1), 10.0, o.view(10, 1));
+    twin.step(k.view(10, 1), v.view(10, 1), q.view(10, 1), 10.0, o2.view(10, 1));
+    for (Index e = 0; e < 2 * 3; ++e)
+      CHECK(o.x[std::size_t(10 * 6 + e)] == o2.x[std::size_t(10 * 6 + e)]);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// Issue 19 item 8: a state continued with another encoding than its own (RoPE theta 1e4
+// continued with 5e5 was accepted, rows off by 2.13) is refused: the encoding's parameters
+// (every table parameter, the layout, the basis of a BasisChange) must be the state's exactly.
+TEST_CASE("linear attention: a state continues only with its own encoding",
+          "[linear][errors][encoding]") {
+  using peal::RotationBlock;
+  using RB = RotationBlock<double>;
+  const auto rope = [](double theta, Layout layout) {
+    peal::RopeConfig c = rope_config(16, layout);
+    c.rope_theta = theta;
+    return peal::rope<double>(c);
+  };
+  const auto r4 = rope(1e4, Layout::HalfSplit);
+  CHECK(continue_with(r4, r4).empty());
+  CHECK(continue_with(r4, rope(1e4, Layout::HalfSplit)).empty());  // equal, built twice
+  CHECK_THAT(continue_with(r4, rope(5e5, Layout::HalfSplit)), Contains("another encoding"));
+  CHECK_THAT(continue_with(r4, rope(1e4, Layout::Interleaved)), Contains("another encoding"));
+  // A frequency differing only in its low part, a growth rate, the number of blocks.
+  using Bank = peal::Bank<RB>;
+  const Bank b({RB(0.3), RB(0.7, -0.01)});
+  const Bank lo = Bank::from_params(
+      (Bank::ParamArray(2, 3) << 0.3, 0x1p-60, 0, 0.7, 0, -0.01).finished());
+  CHECK(continue_with(b, Bank({RB(0.3), RB(0.7, -0.01)})).empty());
+  CHECK_THAT(continue_with(b, lo), Contains("another encoding"));
+  CHECK_THAT(continue_with(b, Bank({RB(0.3), RB(0.7, -0.02)})), Contains("another encoding"));
+  CHECK_THAT(continue_with(b, Bank({RB(0.3), RB(0.7, -0.01), RB(1.1)})), Contains("dim"));
+  // A basis P against 2P: the same generator P X P^-1 bit for bit, but the state's sums are in
+  // the coordinates P^-1 k.
+  peal::Matrix<double> P(4, 4);
+  P << 1, 0.2, 0, 0, 0, 1, 0.1, 0, 0.3, 0, 1, 0, 0, 0, 0.25, 1;
+  const auto bc = peal::change_basis(b, P);
+  const auto bc2 = peal::change_basis(b, peal::Matrix<double>(2 * P));
+  REQUIRE((bc.generator().array() == bc2.generator().array()).all());
+  CHECK(continue_with(bc, peal::change_basis(b, P)).empty());
+  CHECK_THAT(continue_with(bc, bc2), Contains("another encoding"));
+  // A part of a composition.
+  const auto cb = peal::compose(b, peal::RealBlock<double>(-0.5));
+  CHECK(continue_with(cb, peal::compose(b, peal::RealBlock<double>(-0.5))).empty());
+  CHECK_THAT(continue_with(cb, peal::compose(b, peal::RealBlock<double>(-0.25))),
+             Contains("another encoding"));
+  // An encoding peal has no coder for: compared through its generator.
+  CHECK(continue_with(UserRotation(-0.1, 0.5), UserRotation(-0.1, 0.5)).empty());
+  CHECK_THAT(continue_with(UserRotation(-0.1, 0.5), UserRotation(-0.1, 0.6)),
+             Contains("another encoding"));
+}
+
+namespace {
+
+/// Every way of reading one query at tq against keys at tk (d = 2, dv = 2, one head): the three
+/// forms, a state continued by each form with no keys, and LinearState's read, advance + read
+/// and step (the last key taken at tq); each an output row [dv] with its name.
+template <class C, class E>
+std::vector<std::pair<std::string, std::vector<C>>> every_read(const E& enc,
+                                                              const std::vector<double>& tk,
+                                                              double tq,
+                                                              const LinearAttentionOptions& base) {
+  const Index nk = Index(tk.size());
+  const std::vector<C> q = {1, 0.5}, kv = {1, 0.2, 1, -0.7, 0.5, 0.5},
+                       vv = {1, 0.25, -1, 0.5, 2, 1};
+  const std::vector<double> tqv = {tq}, empty;
+  const TensorView<const C> Q(q.data(), 1, 1, 2), K(kv.data(), nk, 1, 2), V(vv.data(), nk, 1, 2);
+  std::vector<std::pair<std::string, std::vector<C>>> r;
+  auto row = [&](const std::string& name) -> C* {
+    r.emplace_back(name, std::vector<C>(2, C(-7)));
+    return r.back().second.data();
+  };
+  for (auto form : {LinearForm::parallel, LinearForm::chunkwise, LinearForm::recurrent}) {
+    LinearAttentionOptions o = base;
+    o.form = form;
+    peal::linear_attention(enc, Q, Positions(tqv), K, Positions(tk), V,
+                           TensorView<C>(row(form_name(form)), 1, 1, 2), o);
+    LinearState<E, C> st(enc, 1, 1, 2, base);
+    std::vector<C> none(std::size_t(2 * nk));
+    peal::linear_attention(enc, TensorView<const C>(q.data(), 0, 1, 2), Positions(empty), K,
+                           Positions(tk), V, TensorView<C>(none.data(), 0, 1, 2), o, st);
+    peal::linear_attention(enc, Q, Positions(tqv), TensorView<const C>(kv.data(), 0, 1, 2),
+                           Positions(empty), TensorView<const C>(vv.data(), 0, 1, 2),
+                           TensorView<C>(row(std::string("state, ") + form_name(form)), 1, 1, 2),
+                           o, st);
+  }
+  LinearState<E, C> st(enc, 1, 1, 2, base);
+  for (Index j = 0; j < nk; ++j)
+    st.update(TensorView<const C>(kv.data() + 2 * j, 1, 1, 2),
+              TensorView<const C>(vv.data() + 2 * j, 1, 1, 2), tk[std::size_t(j)]);
+  LinearState<E, C> stepped = st;
+  st.read(Q, tq, TensorView<C>(row("read"), 1, 1, 2));
+  const auto M = st.matrix(0);
+  st.advance(tq);
+  st.read(Q, tq, TensorView<C>(row("advance + read"), 1, 1, 2));
+  const auto M1 = st.matrix(0);
+  C* m = row("matrix after advance");
+  m[0] = C(M1(0, 0) + M1(1, 0)), m[1] = C(M1(0, 1) + M1(1, 1));
+  // step() takes a key at tq: the last key is given again, at tq.
+  stepped.step(TensorView<const C>(kv.data() + 2 * (nk - 1), 1, 1, 2),
+               TensorView<const C>(vv.data() + 2 * (nk - 1), 1, 1, 2), Q, tq,
+               TensorView<C>(row("step"), 1, 1, 2));
+  (void)M;
+  return r;
+}
+
+template <class C>
+void check_growth() {
+  using RB = peal::RotationBlock<double>;
+  using RBL = peal::RotationBlock<long double>;
+  const peal::Bank<RB> enc({RB(0.3, 0.5)});
+  const peal::Bank<RBL> el({RBL(0.3L, 0.5L)});
+  const double far = 1e4;                                  // e^{5000}: past every range
+  const double near = std::is_same<C, float>::value ? 100 : 1000;  // e^{50}, e^{500}: within
+  LinearAttentionOptions none, decayed;
+  decayed.decay = {0.1};  // net rate 0.5 + ln 0.1 < 0, but A(tau) itself is past the range
+  for (const auto& tk : {std::vector<double>{0}, std::vector<double>{0, 0.5}}) {
+    CAPTURE(tk.size());
+    for (const LinearAttentionOptions* o : {&none, &decayed})
+      for (const auto& [name, out] : every_read<C>(enc, tk, far, *o)) {
+        CAPTURE(name, o->decay.size(), double(out[0]), double(out[1]));
+        CHECK_FALSE(std::isfinite(out[0]));
+        CHECK_FALSE(std::isfinite(out[1]));
+      }
+    // Within the range: finite, and the value (the step adds the last key again, at tq).
+    const std::vector<LD> q = {1, 0.5}, kv = {1, 0.2, 1, -0.7}, vv = {1, 0.25, -1, 0.5};
+    for (const auto& [name, out] : every_read<C>(enc, tk, near, none)) {
+      if (name == "matrix after advance") continue;
+      LD want[2] = {0, 0}, size = 0;
+      const Index nk = Index(tk.size());
+      for (Index j = 0; j < nk + (name == "step"); ++j) {
+        const Index jj = std::min(j, nk - 1);
+        const double s = j < nk ? tk[std::size_t(j)] : near;
+        const Eigen::Matrix<LD, 2, 1> qv(q[0], q[1]),
+            kj(kv[std::size_t(2 * jj)], kv[std::size_t(2 * jj + 1)]);
+        const LD sc = el.score(qv, near, kj, s) / std::sqrt(LD(2));
+        for (int e = 0; e < 2; ++e) want[e] += sc * vv[std::size_t(2 * jj + e)];
+        size += std::abs(sc);
+      }
+      CAPTURE(name, double(out[0]), double(want[0]), double(out[1]), double(want[1]));
+      for (int e = 0; e < 2; ++e) {
+        REQUIRE(std::isfinite(out[std::size_t(e)]));
+        CHECK(std::abs(LD(out[std::size_t(e)]) - want[e]) <= 64 * Tol<C>::eps * (1 + near) * size);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// Issue 19 item 9: growth past the range (Bank{RotationBlock(0.3, a = 0.5)}, a key at 0, the
+// query at 1e4) gave -inf in the parallel and chunkwise forms, NaN in the recurrent one, and a
+// finite number from a double state's advance. The promise (docs/linear-attention.md §3): where
+// A(tau) is past the range of the arithmetic type (whatever the decay option), every form and
+// the state give a non-finite output (inf or NaN: two overflowing terms give NaN); within it,
+// the value.
+TEST_CASE("linear attention: growth past the range is non-finite in every form and the state",
+          "[linear][growth]") {
+  SECTION("float") { check_growth<float>(); }
+  SECTION("double") { check_growth<double>(); }
+}
+
+// LinearState's const members (read, matrix, the accessors) change nothing and may run on one
+// state from several threads at once (docs/linear-attention.md §1): the same bits as one thread,
+// in the relative frame and in the absolute frame step() leaves a rotation's state in.
+TEST_CASE("linear attention: concurrent reads of one LinearState", "[linear][threads]") {
+  std::mt19937_64 rng(522);
+  const auto enc = peal::retnet_rotation<double>(16);
+  using E = std::decay_t<decltype(enc)>;
+  const Index n = 40, Hq = 2, Hk = 1, d = 16, dv = 8, reads = 64;
+  const Packed<float> q(n, Hq, d, rng), k(n, Hk, d, rng), v(n, Hk, dv, rng);
+  const std::vector<double> t = irregular(n, 3, rng);
+  LinearAttentionOptions opt;
+  opt.decay = {kRetNetGamma, 0.9};
+  for (int frame = 0; frame < 2; ++frame) {
+    CAPTURE(frame);
+    LinearState<E, float> st(enc, Hq, Hk, dv, opt);
+    Out<float> o(n, Hq, dv);
+    const std::vector<double> t0(t.begin(), t.end() - 1);
+    peal::linear_attention(enc, q.view(0, n - 1), Positions(t0), k.view(0, n - 1),
+                           Positions(t0), v.view(0, n - 1), o.view(0, n - 1), opt, st);
+    if (frame == 1)  // step() holds a rotation's state in the absolute frame
+      st.step(k.view(n - 1, 1), v.view(n - 1, 1), q.view(n - 1, 1), t.back(), o.view(n - 1, 1));
+    const LinearState<E, float>& cst = st;
+    std::vector<float> serial(std::size_t(reads * Hq * dv)), shared(serial.size());
+    std::vector<double> mserial(std::size_t(reads * d * dv)), mshared(mserial.size());
+    auto one = [&](Index r, std::vector<float>& out, std::vector<double>& mat) {
+      cst.read(q.view(r % n, 1), t.back() + 0.25 * double(r),
+               TensorView<float>(out.data() + r * Hq * dv, 1, Hq, dv));
+      const auto M = cst.matrix(r % cst.heads());
+      std::copy(M.data(), M.data() + M.size(), mat.begin() + r * d * dv);
+    };
+    for (Index r = 0; r < reads; ++r) one(r, serial, mserial);
+    std::exception_ptr err;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(4) schedule(dynamic, 1)
+#endif
+    for (Index r = 0; r < reads; ++r) {
+      try {
+        one(r, shared, mshared);
+      } catch (...) {
+#ifdef _OPENMP
+#pragma omp critical(linear_state_reads)
+#endif
+        err = std::current_exception();
+      }
+    }
+    if (err) std::rethrow_exception(err);
+    CHECK(same_bits(serial, shared));
+    CHECK(same_bits(mserial, mshared));
+  }
 }

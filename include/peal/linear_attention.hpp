@@ -134,8 +134,9 @@ void linear_attention(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
 
 /// The same, continuing from `state` (the keys before these; empty: none) and leaving in it
 /// the state after the last key: a prefill then LinearState::step per token equals one call
-/// over the whole sequence. The state's heads, dims, scale, decay and normalization must be
-/// those of this call, and its time at most tk[0] and tq[0]. Arithmetic: the state's C.
+/// over the whole sequence. The state's encoding (exactly: LinearState::same_encoding), heads,
+/// dims, scale, decay and normalization must be those of this call, and its time at most
+/// tk[0] and tq[0]; otherwise it throws and the state is unchanged. Arithmetic: the state's C.
 template <class E, class Tq, class Tk, class Tv, class To, class C>
 void linear_attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
                       const Positions& tk, TensorView<Tv> v, TensorView<To> out,
@@ -144,12 +145,16 @@ void linear_attention(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
   static_assert(sk::is_storage<To>::value && !std::is_const<To>::value,
                 "peal::linear_attention: out must be a writable view");
   detail::linear::check_linear(enc, q, tq, k, tk, v, out, opt);
-  auto& st = state.storage();
+  const auto& st = state.facts();  // checked before storage() switches its frame
   const std::string w = "linear_attention (with a state)";
   if (st.Hq != q.heads() || st.Hk != k.heads() || st.d != q.dim() || st.dv != v.dim())
     detail::fail(w + ": the state is for " + std::to_string(st.Hq) + " query heads, " +
                  std::to_string(st.Hk) + " key heads, d = " + std::to_string(st.d) +
                  ", dv = " + std::to_string(st.dv) + ", not this call's");
+  if (!state.same_encoding(enc))
+    detail::fail(w + ": the state was made with another encoding (its parameters, layout or "
+                     "basis differ from this call's): its sums would be read as another "
+                     "encoding's");
   if (st.scale != detail::linear::linear_scale(opt, q.dim()) || st.decay != opt.decay ||
       st.norm != opt.normalization)
     detail::fail(w + ": the state was made with another scale, decay or normalization than "
@@ -162,7 +167,7 @@ void linear_attention(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
        << " is after the first position of this call (positions must continue in time)";
     detail::fail(os.str());
   }
-  detail::linear::run_linear<C>(enc, q, tq, k, tk, v, out, opt, st, true);
+  detail::linear::run_linear<C>(enc, q, tq, k, tk, v, out, opt, state.storage(), true);
 }
 
 }  // namespace peal

@@ -30,11 +30,15 @@ struct LinearAttentionOptions {
   /// Scalar decays γ_h ∈ (0, 1], one per query head (empty: none): A_h(τ) = γ_h^τ A(τ)
   /// (RetNet's per-head decay on a shared rotation).
   std::vector<double> decay;
-  /// Keys per chunk of the chunkwise form (0: automatic); < 0 throws.
+  /// Keys per chunk of the chunkwise form (0: automatic, 64); < 0 throws. A chunk of at least
+  /// the number of keys is one chunk: memory follows the keys, never this number.
   Index chunk = 0;
   LinearForm form = LinearForm::automatic;
   LinearNorm normalization = LinearNorm::none;
-  /// Threads with OpenMP (0: omp_get_max_threads()); results do not depend on it.
+  /// Threads with OpenMP (0: omp_get_max_threads()); < 0 throws. Any larger count is
+  /// accepted: a run starts at most the threads its work can use (one per key head in the
+  /// chunkwise and recurrent forms, one per tile unit in the parallel form; never more than
+  /// 1024, detail::linear::kMaxThreads). Results do not depend on it.
   int threads = 0;
 };
 

@@ -16,6 +16,12 @@
 // o = scale γ^(t − T0) (F(t) q)^T N, with no pass rotating the state (A(−T) is bounded for a
 // rotation). γ^(T0 − s) grows as s moves on: past 2^32 the state is rescaled and T0 moved
 // (once per ~22 / |ln γ| time units). Any other use converts back to the relative frame.
+//
+// Threads: the const members (read, matrix, time, empty and the other accessors) change
+// nothing, whatever the frame, and may run at once on one state from several threads.
+// update, step, advance, storage() and linear_attention(..., state) change it (step and
+// storage() also switch its frame) and need it to themselves: no other call on the same state
+// meanwhile, const or not. Distinct states share nothing but an immutable copy of the encoding.
 #pragma once
 
 #include <cmath>
@@ -58,6 +64,43 @@ struct StateData {
   Index first_reader(Index s) const { return heads == Hq ? s : s * (Hq / Hk); }
   Index readers() const { return heads == Hq ? 1 : Hq / Hk; }
 };
+
+/// Everything a state's numbers depend on, exactly: the dim, the coder's signature (every
+/// parameter of its tables, the layout, the block types; the generator's entries when the
+/// coder has none: the per-row fallback), and the P of every basis change, which the
+/// generator P J P^{-1} does not show (P and 2P give the same one) but the state does: its
+/// sums are held in the coordinates P^{-1} k. Equal fingerprints: the same numbers.
+template <class E>
+void basis_facts(const E& e, std::vector<long double>& f);
+template <class E>
+void basis_facts(const BasisChange<E>& e, std::vector<long double>& f) {
+  const auto& P = e.P();
+  f.push_back(static_cast<long double>(P.rows()));
+  for (Eigen::Index i = 0; i < P.size(); ++i) f.push_back(static_cast<long double>(P.data()[i]));
+  basis_facts(e.inner(), f);
+}
+template <class E>
+void basis_facts(const E& e, std::vector<long double>& f) {
+  if constexpr (has_encoding_type<E>::value)  // a preset: the encoding it is
+    basis_facts(static_cast<const typename E::encoding_type&>(e), f);
+  else
+    (void)e, (void)f;
+}
+template <class C, class E>
+std::vector<long double> fingerprint(const StateOps<C, E>& ops, const E& e) {
+  std::vector<long double> f{static_cast<long double>(e.dim())};
+  std::vector<double> sig;
+  if (ops.signature(sig)) {
+    f.push_back(1);
+    f.insert(f.end(), sig.begin(), sig.end());
+  } else {
+    const auto X = e.generator();
+    f.push_back(0);
+    for (Eigen::Index i = 0; i < X.size(); ++i) f.push_back(static_cast<long double>(X.data()[i]));
+  }
+  basis_facts(e, f);
+  return f;
+}
 
 /// 1/sqrt(d) unless given.
 inline double linear_scale(const LinearAttentionOptions& o, Index d) {
@@ -241,12 +284,21 @@ class LinearState {
     return M;
   }
 
+  /// The facts (heads, dims, time, scale, decay, normalization; W in whichever frame it is):
+  /// what linear_attention checks before it touches the state (not part of the user API).
+  const detail::linear::StateData<C>& facts() const { return st_; }
   /// The numbers, in the relative frame (for linear_attention; not part of the user API).
   detail::linear::StateData<C>& storage() {
     to_relative();
     return st_;
   }
   const E& encoding() const { return *enc_; }
+  /// True when enc is this state's encoding exactly (detail::linear::fingerprint: its
+  /// parameters, layout and basis); linear_attention(..., state) refuses any other.
+  bool same_encoding(const E& enc) const {
+    return detail::linear::fingerprint(ops_, *enc_) ==
+           detail::linear::fingerprint(detail::linear::StateOps<C, E>(enc), enc);
+  }
 
  private:
   template <class T>

@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -63,6 +64,9 @@ class StateOps {
   /// Scratch values apply() and step() need.
   Index scratch_size() const { return 4 * d_ + 4; }
 
+  /// The coder's signature (every parameter its tables depend on; false: none).
+  bool signature(std::vector<double>& sig) const { return coder_.signature(sig); }
+
   /// Coefficient rows of A(delta[r]) (A^T when transpose), r < n, coef_size() apart.
   void coefficients(const double* delta, Index n, C* coef, bool transpose,
                     std::vector<double>& rel) const {
@@ -73,6 +77,8 @@ class StateOps {
       coder_.relative(delta + r0, m, rel.data(), rel_);
       coder_.compose(nullptr, rel.data(), rel_, m, coef + r0 * coef_, coef_, transpose);
     }
+    if constexpr (std::is_same<C, double>::value)
+      for (Index r = 0; r < n; ++r) past_range(delta[r], coef + r * coef_);
   }
 
   /// dst row r (d values, ld d) = scale[r] A(δ_r) x_r (A^T when transpose), x_r row b + r of
@@ -142,6 +148,22 @@ class StateOps {
   }
 
  private:
+  // Growth past the range (docs/linear-attention.md §3). The coders clamp an overflowing
+  // magnitude to the largest double, so that composing it with a tiny factor never forms
+  // inf · 0; a state composes nothing after its tables, and there the clamp would pass as a
+  // finite factor (a double state advanced past the range read -7.6e307, where the parallel
+  // form gives NaN). An entry of at least half the largest double is such a clamp (or within a
+  // factor 2 of it): it becomes ±inf, as the conversion to float makes it, so that every form
+  // and the state give a non-finite output there. (A row of the per-row fallback holds δ
+  // itself, left alone when |δ| is that large.)
+  void past_range(double delta, double* coef) const {
+    constexpr double half = std::numeric_limits<double>::max() / 2;
+    if (!(std::abs(delta) < half)) return;
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    for (int e = 0; e < coef_; ++e)
+      if (std::abs(coef[e]) >= half) coef[e] = std::copysign(inf, coef[e]);
+  }
+
   coder_t<C, E> coder_;
   Index d_;
   bool identity_, bounded_;

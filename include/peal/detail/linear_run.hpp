@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "../linear_options.hpp"
@@ -48,6 +50,20 @@ TensorView<T> sub(const TensorView<T>& v, Index t0, Index n, Index h0, Index nh)
 /// bench/README.md, "Linear attention").
 inline constexpr Index kDefaultChunk = 64;
 
+/// The most threads a run starts, whatever LinearAttentionOptions::threads asks (the tile
+/// driver's own cap): every product of the count stays far inside int, and OpenMP is never
+/// asked for 2^31 threads.
+inline constexpr int kMaxThreads = 1024;
+
+/// a x b values (a, b >= 0) as a buffer size: refused, never wrapped, past the index range.
+inline Index cells(Index a, Index b) {
+  const Index n = checked_mul(a, b);
+  if (n < 0)
+    fail("linear_attention: a buffer of " + std::to_string(a) + " x " + std::to_string(b) +
+         " values is past the index range");
+  return n;
+}
+
 template <class C, class E, class Tq, class Tk, class Tv, class To>
 class LinearRun {
   using Sink = scores_kernels::LinearSink<C, Tv, To>;
@@ -74,17 +90,25 @@ class LinearRun {
       form_ = nq_ <= kRecurrentTokens && nk_ <= kRecurrentTokens ? LinearForm::recurrent
               : nk_ <= kParallelKeys                             ? LinearForm::parallel
                                                                  : LinearForm::chunkwise;
-    chunk_ = opt.chunk > 0 ? opt.chunk : kDefaultChunk;
-    if (form_ == LinearForm::parallel) chunk_ = std::max<Index>(nk_, 1);
+    // A chunk of at least the keys is one chunk: every buffer is sized by the keys, never by
+    // the option (RetNet's constant S(B) alone takes the size given, chunk_floor).
+    const Index given = opt.chunk > 0 ? opt.chunk : kDefaultChunk;
+    block_ = double(given);
+    chunk_ = form_ == LinearForm::parallel ? std::max<Index>(nk_, 1)
+                                           : std::min(given, std::max<Index>(nk_, 1));
     int nt = 1;
 #ifdef _OPENMP
     if (!omp_in_parallel()) nt = opt.threads > 0 ? opt.threads : omp_get_max_threads();
 #endif
-    threads_ = std::max(nt, 1);
+    // each() uses at most one thread per work item, the tile driver one per unit.
+    threads_ = std::min(std::max(nt, 1), kMaxThreads);
     if (st_.norm == LinearNorm::retnet && form_ != LinearForm::recurrent) norm_factors();
   }
 
   LinearForm form() const { return form_; }
+  /// Threads the run may start (for tests: at most kMaxThreads) and keys per chunk.
+  int threads() const { return threads_; }
+  Index chunk() const { return chunk_; }
 
   void run() {
     if (form_ == LinearForm::recurrent) {
@@ -132,11 +156,11 @@ class LinearRun {
   };
   void prepare(Work& w, Index rows) const {
     const Index cs = std::max<Index>(ops_.coef_size(), 1);
-    w.coef.resize(std::size_t(rows * cs));
-    w.qrows.resize(std::size_t(rows * d_));
-    w.krows.resize(std::size_t(rows * d_));
-    w.kscaled.resize(std::size_t(rows * d_));
-    w.vrows.resize(std::size_t(rows * dv_));
+    w.coef.resize(std::size_t(cells(rows, cs)));
+    w.qrows.resize(std::size_t(cells(rows, d_)));
+    w.krows.resize(w.qrows.size());
+    w.kscaled.resize(w.qrows.size());
+    w.vrows.resize(std::size_t(cells(rows, dv_)));
     w.delta.resize(std::size_t(rows));
     w.f.resize(std::size_t(rows));
     w.scratch.resize(std::size_t(ops_.scratch_size()));
@@ -213,7 +237,7 @@ class LinearRun {
     rows.base = base;
     std::vector<double> f;
     if (!norm_.empty()) {
-      f.resize(std::size_t(m * nh));
+      f.resize(std::size_t(cells(m, nh)));
       for (Index i = 0; i < m; ++i)
         for (Index g = 0; g < nh; ++g)
           f[std::size_t(i * nh + g)] = norm_[std::size_t((i0 + i) * Hq_ + h0 + g)];
@@ -256,11 +280,11 @@ class LinearRun {
   void parallel() {
     std::vector<C> base;
     if (!st_.empty && nq_ > 0) {
-      base.resize(std::size_t(nq_ * Hq_ * dv_));
+      base.resize(std::size_t(cells(cells(nq_, Hq_), dv_)));
       each(Hk_, [&](Index kh) {
         Work w;
         prepare(w, nq_);
-        std::vector<C> b(std::size_t(nq_ * G_ * dv_));
+        std::vector<C> b(std::size_t(cells(cells(nq_, G_), dv_)));
         read_base(w, kh, 0, nq_, st_.time, b.data());
         for (Index i = 0; i < nq_; ++i)
           std::copy_n(b.data() + i * G_ * dv_, G_ * dv_, base.data() + (i * Hq_ + kh * G_) * dv_);
@@ -278,14 +302,14 @@ class LinearRun {
   void chunkwise_group(Index kh) {
     Work w;
     prepare(w, chunk_);
-    const Index nc = (nk_ + chunk_ - 1) / chunk_;
+    const Index nc = nk_ == 0 ? 0 : 1 + (nk_ - 1) / chunk_;  // chunk_ <= nk_
     double T = st_.time;
     bool empty = st_.empty;
     std::vector<C> base;  // the state's part of one chunk's queries (sized by them)
     std::vector<double> floor(std::size_t(G_), 1.0);
     if (nc == 0) {  // no keys: every query reads the state
       prepare(w, nq_);
-      base.resize(std::size_t(nq_ * G_ * dv_));
+      base.resize(std::size_t(cells(cells(nq_, G_), dv_)));
       if (!empty && nq_ > 0) read_base(w, kh, 0, nq_, T, base.data());
       pairs(0, nq_, 0, 0, kh, 1, empty ? nullptr : base.data(), 1);
       return;
@@ -300,8 +324,9 @@ class LinearRun {
       const Index m = i1 - i0;
       if (m > 0) {
         if (!empty) {
-          if (Index(w.qrows.size()) < m * d_) prepare(w, m);
-          if (Index(base.size()) < m * G_ * dv_) base.resize(std::size_t(m * G_ * dv_));
+          if (Index(w.qrows.size()) < cells(m, d_)) prepare(w, m);
+          const Index nb = cells(cells(m, G_), dv_);
+          if (Index(base.size()) < nb) base.resize(std::size_t(nb));
           read_base(w, kh, i0, m, T, base.data());
         }
         if (!norm_.empty()) chunk_floor(w, kh, c, T, empty, floor.data());
@@ -320,8 +345,9 @@ class LinearRun {
   void recurrent_head(Index s) {
     const Index kh = st_.key_of(s), R = st_.readers(), h0 = st_.first_reader(s);
     const std::size_t cs = std::size_t(std::max<Index>(ops_.coef_size(), 1)), d = std::size_t(d_),
-                      dv = std::size_t(dv_), r = std::size_t(R);
-    std::vector<C> coef(cs), q0(cs), k0(cs), qc(cs), kh_row(d), vrow(dv), qh(r * d), o(r * dv),
+                      dv = std::size_t(dv_);
+    std::vector<C> coef(cs), q0(cs), k0(cs), qc(cs), kh_row(d), vrow(dv),
+        qh(std::size_t(cells(R, d_))), o(std::size_t(cells(R, dv_))),
         scratch(std::size_t(ops_.scratch_size()));
     std::vector<double> rel;
     const double zero = 0;
@@ -407,7 +433,7 @@ class LinearRun {
           for (Index e = 0; e < d_; ++e) a += std::abs(double(col[std::size_t(e)]));
           K = std::max(K, a);
         }
-        const double gam = std::exp(lam(s)), B = double(chunk_);
+        const double gam = std::exp(lam(s)), B = block_;
         const double SB = gam == 1.0 ? B : -std::expm1(B * lam(s)) / (1.0 - gam);
         K *= st_.scale / SB / std::exp(lam(s) * back);
       }
@@ -419,7 +445,7 @@ class LinearRun {
   // keys; chunkwise: over the keys of the query's chunk, torchscale's sqrt(S(a + 1)) with
   // the local row a), norm_[i Hq + h].
   void norm_factors() {
-    norm_.assign(std::size_t(nq_ * Hq_), 0.0);
+    norm_.assign(std::size_t(cells(nq_, Hq_)), 0.0);
     for (Index h = 0; h < Hq_; ++h) {
       const Index s = st_.state_of(h);
       double Z = st_.empty ? 0.0 : st_.z[std::size_t(s)], Tz = st_.time;
@@ -448,6 +474,7 @@ class LinearRun {
   StateData<C>& st_;
   bool keep_;
   Index nq_ = 0, nk_ = 0, Hq_ = 0, Hk_ = 0, G_ = 1, d_ = 0, dv_ = 0, chunk_ = 64;
+  double block_ = 64;  // the chunk size given: RetNet's S(B)
   LinearForm form_ = LinearForm::automatic;
   int threads_ = 1;
   std::vector<double> t_, s_, norm_;
