@@ -750,3 +750,58 @@ TEST_CASE("qwen_vl: a sweep of generated prompts, every model and rounding, with
         }
   REQUIRE(prompts > 50);  // the masked comparison ran on most prompts
 }
+
+TEST_CASE("qwen_vl: the builder's memory is bounded, refused before allocating", "[qwen_vl]") {
+  using Catch::Matchers::Contains;
+  // 32768 x 32768 merged tokens pass the 2^30-token bound, but their ids take 24 GiB: refused
+  // with peal's error (it was std::bad_alloc, or the OOM killer), nothing allocated.
+  QwenVlPositionBuilder b;
+  REQUIRE_THROWS_WITH(b.image({1, 65536, 65536}), Contains("qwen_vl_max_bytes"));
+  REQUIRE_THROWS_WITH(b.video({4, 16384, 16384}), Contains("qwen_vl_max_bytes"));
+  REQUIRE_THROWS_WITH(b.text(peal::Index(1) << 28), Contains("qwen_vl_max_bytes"));
+  CHECK(b.positions().ids.capacity() == 0);
+  b.text(5);
+  const LL cap_tokens = peal::qwen_vl_max_bytes / LL(3 * sizeof(double));
+  REQUIRE_THROWS_WITH(b.text(peal::Index(cap_tokens - 4)), Contains("qwen_vl_max_bytes"));
+  REQUIRE_THROWS_WITH(b.image({1, 2, 2 * (cap_tokens - 4)}), Contains("qwen_vl_max_bytes"));
+  CHECK(b.tokens() == 5);
+  CHECK(b.positions().ids.size() == 15);
+  CHECK(b.positions().ids.capacity() * sizeof(double) <= std::size_t(peal::qwen_vl_max_bytes));
+  b.image({1, 4, 4}).text(1);
+  CHECK(b.tokens() == 10);
+  CHECK(b.next_position() == 8);
+}
+
+TEST_CASE("qwen_vl: many segments of both kinds (the segment search is linear)", "[qwen_vl]") {
+  // 2^15 one-token images, a video, 2^15 one-token videos, an image: each segment's search
+  // for the next pad token of the other kind used to rescan to the far end (quadratic: ~10 s
+  // at this size, x4 per doubling), now each kind's search moves forward only. One-token
+  // segments (a 2x2 grid, merge 2) put every token at t = h = w = its index.
+  const LL N = LL(1) << 15;
+  std::vector<LL> ids;
+  std::vector<QwenVlGrid> images, videos;
+  QwenVlPositionBuilder b;
+  auto add = [&](bool image) {
+    ids.insert(ids.end(), {kVS, image ? kImg : kVid, kVE});
+    (image ? images : videos).push_back({1, 2, 2});
+    b.text(1);
+    if (image)
+      b.image({1, 2, 2});
+    else
+      b.video({1, 2, 2});
+    b.text(1);
+  };
+  for (LL i = 0; i < N; ++i) add(true);
+  add(false);
+  for (LL i = 0; i < N; ++i) add(false);
+  add(true);
+  const QwenVlPositions got =
+      peal::qwen_vl_position_ids(ids, QwenVlTokens{}, images, videos, {}, QwenVlOptions{});
+  REQUIRE(got.tokens() == LL(ids.size()));
+  LL wrong = 0;
+  for (LL i = 0; i < got.tokens(); ++i)
+    for (int a = 0; a < 3; ++a) wrong += got(i, a) != double(i);
+  CHECK(wrong == 0);
+  CHECK(got.rope_delta == 0);
+  CHECK(got.ids == b.positions().ids);
+}

@@ -59,9 +59,14 @@
 // "Image features and image tokens do not match"), every image / video pad token inside a
 // segment, second_per_grid_t finite and >= 0 (one per video, Qwen2.5-VL only), mask values 0/1,
 // distinct special token ids. Sizes are bounded before anything is allocated: at most
-// qwen_vl_max_tokens tokens (prompt, one segment, or a builder's total), second_per_grid_t and
+// qwen_vl_max_tokens tokens (prompt, one segment, or a builder's total), at most
+// qwen_vl_max_bytes = 4 GiB of working memory and ids (a builder's ids, capacity included; the
+// token form's ids, its list of unmasked tokens and of video segments), second_per_grid_t and
 // tokens_per_second <= 2^40, and every id bounded by qwen_vl_max_position = 2^52 (before the
 // float32 rounding of the temporal offsets), so ids are exact in double.
+//
+// Cost: linear in the prompt (the token form's search for the next pad token of each kind
+// only moves forward).
 //
 // Not reproduced: transformers 5.x's rewrite (mm_token_type_ids runs instead of vision_start
 // counting, and next = start + max(h/m, w/m) after every segment, which differs from the above
@@ -69,6 +74,7 @@
 // per sequence), and transformers 5.3's Qwen2.5-VL regressions (issues #45325, #45381).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <initializer_list>
@@ -109,6 +115,10 @@ struct QwenVlOptions {
 constexpr long long qwen_vl_max_tokens = 1LL << 30;
 /// Bound on position ids before float32 rounding (ids are then < 2^53, exact in double).
 constexpr long long qwen_vl_max_position = 1LL << 52;
+/// Largest allocation of a builder (its ids, 24 bytes a token, capacity included: at most
+/// 178956970 tokens) or of one qwen_vl_position_ids call (ids and the list of unmasked
+/// tokens, 32 bytes a token, and the Qwen3-VL frame segments): 4 GiB.
+constexpr long long qwen_vl_max_bytes = 1LL << 32;
 
 struct QwenVlPositions {
   /// Token-major [n, 3]: ids[3*i + a], a = 0 (t), 1 (h), 2 (w).
@@ -161,6 +171,16 @@ inline void check_options(const QwenVlOptions& o, const char* where) {
   }
 }
 
+/// Throws unless `bytes`, what a call is about to allocate, is at most qwen_vl_max_bytes.
+inline void check_bytes(long double bytes, const char* where, const std::string& what) {
+  if (bytes > static_cast<long double>(qwen_vl_max_bytes)) {
+    std::ostringstream os;
+    os << where << ": " << what << " need " << static_cast<double>(bytes)
+       << " bytes, more than qwen_vl_max_bytes = 2^32";
+    fail(os.str());
+  }
+}
+
 inline std::string grid_string(const QwenVlGrid& g) {
   return std::to_string(g.t) + "x" + std::to_string(g.h) + "x" + std::to_string(g.w);
 }
@@ -169,16 +189,19 @@ inline std::string grid_string(const QwenVlGrid& g) {
 /// h and w are multiples of m and the count is at most qwen_vl_max_tokens.
 inline long long grid_tokens(const QwenVlGrid& g, int m, const char* where, const char* kind,
                              std::size_t index) {
-  std::ostringstream os;
-  os << where << ": " << kind << " grid " << index << " (t x h x w = " << grid_string(g) << ") ";
-  if (g.t < 1 || g.h < 1 || g.w < 1) fail(os.str() + "must have sizes >= 1");
+  auto bad = [&](const std::string& why) {  // the message is formatted on failure only
+    std::ostringstream os;
+    os << where << ": " << kind << " grid " << index << " (t x h x w = " << grid_string(g) << ") ";
+    fail(os.str() + why);
+  };
+  if (g.t < 1 || g.h < 1 || g.w < 1) bad("must have sizes >= 1");
   if (g.h % m != 0 || g.w % m != 0)
-    fail(os.str() + "must have h and w divisible by spatial_merge_size " + std::to_string(m));
+    bad("must have h and w divisible by spatial_merge_size " + std::to_string(m));
   const long long hm = g.h / m, wm = g.w / m;
   // hm, wm < 2^63 / m each; bound them before multiplying.
   if (hm > qwen_vl_max_tokens || wm > qwen_vl_max_tokens || hm * wm > qwen_vl_max_tokens ||
       g.t > qwen_vl_max_tokens / (hm * wm))
-    fail(os.str() + "has more than qwen_vl_max_tokens = 2^30 tokens after merging");
+    bad("has more than qwen_vl_max_tokens = 2^30 tokens after merging");
   return g.t * hm * wm;
 }
 
@@ -252,10 +275,10 @@ class QwenVlPositionBuilder {
   /// n text tokens (count the vision_start / vision_end and timestamp tokens here).
   QwenVlPositionBuilder& text(Index n) {
     if (n < 0) detail::fail("QwenVlPositionBuilder::text: negative count " + std::to_string(n));
-    grow(static_cast<long long>(n), "QwenVlPositionBuilder::text");
     if (static_cast<long double>(next_) + static_cast<long double>(n) >
         static_cast<long double>(qwen_vl_max_position))
       detail::fail("QwenVlPositionBuilder::text: positions reach past qwen_vl_max_position = 2^52");
+    grow(static_cast<long long>(n), "QwenVlPositionBuilder::text");
     for (Index i = 0; i < n; ++i) {
       const double p = double(next_ + i);
       out_.ids.insert(out_.ids.end(), {p, p, p});
@@ -319,9 +342,20 @@ class QwenVlPositionBuilder {
     return *this;
   }
 
+  // Room for n more tokens, refused past qwen_vl_max_tokens or qwen_vl_max_bytes of ids before
+  // anything is allocated; the capacity grows geometrically up to that cap, never past it.
   void grow(long long n, const char* where) {
-    if (n > qwen_vl_max_tokens - static_cast<long long>(out_.tokens()))
+    const long long have = static_cast<long long>(out_.tokens());
+    if (n > qwen_vl_max_tokens - have)
       detail::fail(std::string(where) + ": more than qwen_vl_max_tokens = 2^30 tokens in total");
+    constexpr long long cap = qwen_vl_max_bytes / static_cast<long long>(3 * sizeof(double));
+    if (n > cap - have)
+      detail::qwen_vl::check_bytes(static_cast<long double>(have + n) * 3 * sizeof(double), where,
+                                   "the ids of " + std::to_string(have + n) + " tokens");
+    std::vector<double>& ids = out_.ids;
+    const std::size_t need = std::size_t(3 * (have + n));
+    if (need > ids.capacity())
+      ids.reserve(std::min(std::max(need, 2 * ids.capacity()), std::size_t(3 * cap)));
   }
 
   QwenVlOptions opt_;
@@ -347,6 +381,9 @@ inline QwenVlPositions qwen_vl_position_ids(const std::vector<long long>& input_
   if (n > qwen_vl_max_tokens)
     detail::fail(std::string(where) + ": " + std::to_string(n) +
                  " tokens, more than qwen_vl_max_tokens = 2^30");
+  // The ids (3 doubles a token) and the unmasked tokens' indices (one each).
+  const long double token_bytes = static_cast<long double>(n) * (3 * sizeof(double) + sizeof(long long));
+  q::check_bytes(token_bytes, where, "the ids of " + std::to_string(n) + " tokens");
   if (tokens.vision_start == tokens.image || tokens.vision_start == tokens.video ||
       tokens.image == tokens.video)
     detail::fail(std::string(where) +
@@ -397,6 +434,9 @@ inline QwenVlPositions qwen_vl_position_ids(const std::vector<long long>& input_
       detail::fail(std::string(where) + ": the Qwen3-VL video grids hold " +
                    std::to_string(frames) + "+ frames (one segment each) but input_ids has only " +
                    std::to_string(n) + " tokens");
+    q::check_bytes(token_bytes + static_cast<long double>(frames) * sizeof(Seg), where,
+                   "the ids of " + std::to_string(n) + " tokens and " + std::to_string(frames) +
+                       " Qwen3-VL frame segments");
     QwenVlGrid frame = video_grids[i];
     frame.t = 1;
     for (long long f = 0; f < video_grids[i].t; ++f)
@@ -449,17 +489,23 @@ inline QwenVlPositions qwen_vl_position_ids(const std::vector<long long>& input_
     remain_images += tok(j + 1) == tokens.image;
     remain_videos += tok(j + 1) == tokens.video;
   }
-  auto find = [&](long long id, long long from) {
-    for (long long j = from; j < L; ++j)
-      if (tok(j) == id) return j;
-    return L + 1;
+  // First token `id` at or after `from` (L + 1: none). `from` never decreases, so a kind's
+  // last answer `at` is still the first one while at >= from (none lies in [from, at)), and
+  // each kind's scan starts past the previous one: linear in L for the whole prompt.
+  auto find = [&](long long id, long long from, long long& at) {
+    if (at >= from) return at;
+    long long j = from;
+    while (j < L && tok(j) != id) ++j;
+    at = j < L ? j : L + 1;
+    return at;
   };
+  long long at_image = -1, at_video = -1;
   long long st = 0, next = 0, covered_images = 0, covered_videos = 0;
   std::size_t image_index = 0, video_index = 0;
   const long long segments = remain_images + remain_videos;
   for (long long s = 0; s < segments; ++s) {
-    const long long ed_image = remain_images > 0 ? find(tokens.image, st) : L + 1;
-    const long long ed_video = remain_videos > 0 ? find(tokens.video, st) : L + 1;
+    const long long ed_image = remain_images > 0 ? find(tokens.image, st, at_image) : L + 1;
+    const long long ed_video = remain_videos > 0 ? find(tokens.video, st, at_video) : L + 1;
     if ((remain_images > 0 && ed_image > L) || (remain_videos > 0 && ed_video > L))
       detail::fail(std::string(where) + ": a vision_start announces an " +
                    (ed_image > L && remain_images > 0 ? "image" : "video") +
