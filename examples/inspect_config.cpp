@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <peal/gguf_config.hpp>
@@ -100,7 +101,12 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
+// Only a regular file is looked into: reading the magic from a pipe (`cat config.json |
+// peal_inspect /dev/stdin`) would consume it before the JSON reader opens the path again, and
+// opening a FIFO without a writer would block. peal's GGUF reader refuses other files anyway.
 bool is_gguf(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {0, 0, 0, 0};
   in.read(magic, 4);
