@@ -545,15 +545,35 @@ class TileRun {
     return pair_decay_ &&
            lam_[std::size_t(h)] * (qp_.lo[std::size_t(I)] - kp_.hi[std::size_t(J)]) < -746.0;
   }
+  // A NaN or infinite entry of q_i or k_j makes the pair NaN there too (the reference's
+  // score · 0; docs/kernels-attention.md, "NaN and infinities"): the tile's rows are scanned,
+  // O((m + n) d) beside the GEMM's O(m n d) that is skipped, and only a tile holding such a row
+  // pays per pair.
   void fill_underflow(Workspace& ws, Index h, Index I, Index J) const {
     const Index m = qp_.rows(I), n = kp_.rows(J);
+    const Index i0 = qp_.begin[std::size_t(I)], j0 = kp_.begin[std::size_t(J)];
     const bool alibi = alibi_bias(ws, h, I, J);
+    auto finite_q = [&](Index i) { return row_finite(q_, i0 + i, h); };
+    auto finite_k = [&](Index j) { return row_finite(k_, j0 + j, h / G_); };
+    bool all_finite = true;
+    for (Index i = 0; i < m && all_finite; ++i) all_finite = finite_q(i);
+    for (Index j = 0; j < n && all_finite; ++j) all_finite = finite_k(j);
+    const Out nan = std::numeric_limits<Out>::quiet_NaN();
     for (Index i = 0; i < m; ++i) {
       Index st = 1;
       Out* o = out_row(ws, h, I, J, i, st);
+      const bool qi = all_finite || finite_q(i);
       for (Index j = 0; j < n; ++j)
-        o[j * st] = alibi ? Out(ws.rbias[std::size_t(i)] + ws.cbias[std::size_t(j)]) : Out(0);
+        o[j * st] = !(qi && (all_finite || finite_k(j)))
+                        ? nan
+                        : alibi ? Out(ws.rbias[std::size_t(i)] + ws.cbias[std::size_t(j)]) : Out(0);
     }
+  }
+  template <class T>
+  bool row_finite(const TensorView<T>& v, Index r, Index head) const {
+    for (Index c = 0; c < d_; ++c)
+      if (!std::isfinite(to_arith<double>(v(r, head, c)))) return false;
+    return true;
   }
 
   // Mask (direct tiles) or conversion to `out` with the per-pair decay, bias and mask
