@@ -25,7 +25,10 @@
 #include "linear_attention.hpp"
 #include "scores_nd.hpp"
 #include "per_head.hpp"
-// Presets (docs/presets.md). hf_config.hpp (needs nlohmann/json) is included explicitly.
+// Presets (docs/presets.md). The readers are included explicitly, where they are used:
+// hf_config.hpp (config.json; needs nlohmann/json), gguf.hpp and gguf_config.hpp (GGUF files),
+// model_positions.hpp and model_conventions.hpp (a model's layers, docs/models.md).
+// score_options.hpp, linear_options.hpp and linear_state.hpp come with their kernels.
 #include "rope.hpp"
 #include "alibi.hpp"
 #include "xpos.hpp"
