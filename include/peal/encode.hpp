@@ -20,6 +20,9 @@
 //   PassThrough           nothing in place, a copy out of place;
 //   BlockDiagonal<...>    each part's kernel on its coordinate sub-range, in one pass;
 //   BasisChange<E>        P^T (queries) or P^{-1} (keys) then E's kernel;
+//   MultiAxis<E>          N-D points: a rotation bank's fused kernel (angles summed over
+//                         the axes), a composition's parts over points, else the axes in turn;
+//   a block with traits   the coder's coefficients (TraitsKernel, the fused kernels' table);
 //   anything else         the dense F(t) or G(s) built once per token (from the
 //                         encoding's apply(), no allocation), then a matrix-vector product
 //                         per head (generic: correct for every encoding).
