@@ -48,7 +48,7 @@ struct StateData {
   Index Hq = 0, Hk = 0, heads = 0, d = 0, dv = 0;
   double time = std::numeric_limits<double>::quiet_NaN();  // NaN: never advanced
   bool empty = true;                                         // no key yet
-  std::vector<C> W;        // heads x dv x d: W_σ = M_σ^T in the coder's coordinates
+  Buffer<C> W;             // heads x dv x d: W_σ = M_σ^T in the coder's coordinates
   std::vector<double> z;   // per state head Σ_j γ^(time − s_j): RetNet's running scale
   std::vector<double> lam; // per state head ln γ (0: no decay)
   double scale = 1;
@@ -206,7 +206,8 @@ class LinearState {
     check_time(t, "read");
     const double dt = st_.empty ? 0.0 : t - st_.time;
     const std::size_t nd = std::size_t(st_.d), ndv = std::size_t(st_.dv);
-    std::vector<C> coef(q0_.size()), qh(nd), o(ndv), scratch(std::size_t(ops_.scratch_size()));
+    using detail::linear::Buffer;
+    Buffer<C> coef(q0_.size()), qh(nd), o(ndv), scratch(std::size_t(ops_.scratch_size()));
     std::vector<double> rel;
     const double at = abs_ ? t : dt;  // absolute frame: F(t) q against N
     ops_.coefficients(&at, 1, coef.data(), true, rel);
@@ -271,7 +272,8 @@ class LinearState {
     Matrix<double> M = Matrix<double>::Zero(d, dv);
     if (st_.empty) return M;
     const std::size_t nd = std::size_t(d), ndv = std::size_t(dv);
-    std::vector<C> qh(nd), o(ndv), scratch(std::size_t(ops_.scratch_size())), e(nd);
+    using detail::linear::Buffer;
+    Buffer<C> qh(nd), o(ndv), scratch(std::size_t(ops_.scratch_size())), e(nd);
     for (Index i = 0; i < d; ++i) {
       std::fill(e.begin(), e.end(), C(0));
       e[std::size_t(i)] = 1;
@@ -391,7 +393,7 @@ class LinearState {
   std::shared_ptr<const E> enc_;  // shared: a coder may point into the encoding
   detail::linear::StateOps<C, E> ops_;
   detail::linear::StateData<C> st_;
-  std::vector<C> k0_, q0_, step_, scratch_, kh_, vc_, qh_, o_, kabs_, qabs_;
+  detail::linear::Buffer<C> k0_, q0_, step_, scratch_, kh_, vc_, qh_, o_, kabs_, qabs_;
   std::vector<double> rel_;
   double last_dt_ = std::numeric_limits<double>::quiet_NaN();
   bool abs_ = false;        // W holds N (the absolute frame, see the top of the file)

@@ -32,11 +32,20 @@ namespace linear {
 using scores_kernels::coder_t;
 using scores_kernels::has_step_rows;
 
+/// The linear kernels' buffers, 64-byte aligned like the tile driver's arena (detail/arena.hpp).
+/// Eigen's vectorised loops peel unaligned leading elements to scalar code, whose rounding can
+/// differ from the packet code's (a complex product fused or not): with malloc's 16-byte
+/// alignment, the same read of a state gave different bits from call to call as the heap
+/// moved (a LinearState read from several threads, or after a matrix() copy). Aligned, the
+/// split of every row is fixed by its offset alone.
+template <class C>
+using Buffer = std::vector<C, Eigen::aligned_allocator<C>>;
+
 /// A packing workspace for Eigen's GEMM of at most m x n x k (owned, reused; aligned as
 /// Eigen's packing stores need).
 template <class C>
 struct GemmSpace {
-  std::vector<C, Eigen::aligned_allocator<C>> a, b;
+  Buffer<C> a, b;
   eigen_gemm::GemmBlocking<C> blocking;
   void size(Index m, Index n, Index k) {
     Index kc = std::max<Index>(k, 1), mc = std::max<Index>(m, 1), nc = std::max<Index>(n, 1);

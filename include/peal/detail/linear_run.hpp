@@ -150,7 +150,7 @@ class LinearRun {
 
   // Per-group working memory.
   struct Work {
-    std::vector<C> coef, qrows, krows, kscaled, vrows, scratch;
+    Buffer<C> coef, qrows, krows, kscaled, vrows, scratch;
     std::vector<double> rel, delta, f;
     GemmSpace<C> gemm;
   };
@@ -278,13 +278,13 @@ class LinearRun {
   }
 
   void parallel() {
-    std::vector<C> base;
+    Buffer<C> base;
     if (!st_.empty && nq_ > 0) {
       base.resize(std::size_t(cells(cells(nq_, Hq_), dv_)));
       each(Hk_, [&](Index kh) {
         Work w;
         prepare(w, nq_);
-        std::vector<C> b(std::size_t(cells(cells(nq_, G_), dv_)));
+        Buffer<C> b(std::size_t(cells(cells(nq_, G_), dv_)));
         read_base(w, kh, 0, nq_, st_.time, b.data());
         for (Index i = 0; i < nq_; ++i)
           std::copy_n(b.data() + i * G_ * dv_, G_ * dv_, base.data() + (i * Hq_ + kh * G_) * dv_);
@@ -305,7 +305,7 @@ class LinearRun {
     const Index nc = nk_ == 0 ? 0 : 1 + (nk_ - 1) / chunk_;  // chunk_ <= nk_
     double T = st_.time;
     bool empty = st_.empty;
-    std::vector<C> base;  // the state's part of one chunk's queries (sized by them)
+    Buffer<C> base;  // the state's part of one chunk's queries (sized by them)
     std::vector<double> floor(std::size_t(G_), 1.0);
     if (nc == 0) {  // no keys: every query reads the state
       prepare(w, nq_);
@@ -346,7 +346,7 @@ class LinearRun {
     const Index kh = st_.key_of(s), R = st_.readers(), h0 = st_.first_reader(s);
     const std::size_t cs = std::size_t(std::max<Index>(ops_.coef_size(), 1)), d = std::size_t(d_),
                       dv = std::size_t(dv_);
-    std::vector<C> coef(cs), q0(cs), k0(cs), qc(cs), kh_row(d), vrow(dv),
+    Buffer<C> coef(cs), q0(cs), k0(cs), qc(cs), kh_row(d), vrow(dv),
         qh(std::size_t(cells(R, d_))), o(std::size_t(cells(R, dv_))),
         scratch(std::size_t(ops_.scratch_size()));
     std::vector<double> rel;
@@ -420,7 +420,7 @@ class LinearRun {
     const double back = j0 > 0 ? T - s_[std::size_t(j0 - 1)] : 0.0;
     const double minus_t = -T;
     ops_.coefficients(&minus_t, 1, w.coef.data(), false, w.rel);
-    std::vector<C> col(static_cast<std::size_t>(d_));
+    Buffer<C> col(static_cast<std::size_t>(d_));
     for (Index g = 0; g < G_; ++g) {
       const Index s = st_.state_of(kh * G_ + g);
       double K = 0;
