@@ -199,6 +199,10 @@ class TileRun {
       } else {
         pair_decay_ = true;
         has_decay_ = false;  // no row scales, no factor in alpha, no decay in the poly parts
+        q_bad_ = nonfinite_rows(q, d_);
+        k_bad_ = nonfinite_rows(k, d_);
+        any_bad_ = std::find(q_bad_.begin(), q_bad_.end(), 1) != q_bad_.end() ||
+                   std::find(k_bad_.begin(), k_bad_.end(), 1) != k_bad_.end();
       }
     }
 
@@ -546,34 +550,45 @@ class TileRun {
            lam_[std::size_t(h)] * (qp_.lo[std::size_t(I)] - kp_.hi[std::size_t(J)]) < -746.0;
   }
   // A NaN or infinite entry of q_i or k_j makes the pair NaN there too (the reference's
-  // score · 0; docs/kernels-attention.md, "NaN and infinities"): the tile's rows are scanned,
-  // O((m + n) d) beside the GEMM's O(m n d) that is skipped, and only a tile holding such a row
-  // pays per pair.
+  // score · 0; docs/kernels-attention.md, "NaN and infinities"): q_bad_ / k_bad_ mark such
+  // rows, found once per call.
   void fill_underflow(Workspace& ws, Index h, Index I, Index J) const {
     const Index m = qp_.rows(I), n = kp_.rows(J);
-    const Index i0 = qp_.begin[std::size_t(I)], j0 = kp_.begin[std::size_t(J)];
+    const Index i0 = qp_.begin[std::size_t(I)], j0 = kp_.begin[std::size_t(J)], kh = h / G_;
     const bool alibi = alibi_bias(ws, h, I, J);
-    auto finite_q = [&](Index i) { return row_finite(q_, i0 + i, h); };
-    auto finite_k = [&](Index j) { return row_finite(k_, j0 + j, h / G_); };
-    bool all_finite = true;
-    for (Index i = 0; i < m && all_finite; ++i) all_finite = finite_q(i);
-    for (Index j = 0; j < n && all_finite; ++j) all_finite = finite_k(j);
-    const Out nan = std::numeric_limits<Out>::quiet_NaN();
     for (Index i = 0; i < m; ++i) {
       Index st = 1;
       Out* o = out_row(ws, h, I, J, i, st);
-      const bool qi = all_finite || finite_q(i);
       for (Index j = 0; j < n; ++j)
-        o[j * st] = !(qi && (all_finite || finite_k(j)))
-                        ? nan
-                        : alibi ? Out(ws.rbias[std::size_t(i)] + ws.cbias[std::size_t(j)]) : Out(0);
+        o[j * st] = alibi ? Out(ws.rbias[std::size_t(i)] + ws.cbias[std::size_t(j)]) : Out(0);
+    }
+    if (!any_bad_) return;  // the common case: no row of the call holds a NaN or inf
+    const Out nan = std::numeric_limits<Out>::quiet_NaN();
+    const char* kbad = k_bad_.data() + j0 * Hk_ + kh;
+    for (Index i = 0; i < m; ++i) {
+      Index st = 1;
+      Out* o = out_row(ws, h, I, J, i, st);
+      const bool qbad = q_bad_[std::size_t((i0 + i) * Hq_ + h)] != 0;
+      for (Index j = 0; j < n; ++j)
+        if (qbad || kbad[j * Hk_]) o[j * st] = nan;
     }
   }
+  // Per (token, head) of v: 1 where the row holds a NaN or an infinity. One pass over q and k,
+  // made only for per-pair decays (fill_underflow's tiles read no row).
   template <class T>
-  bool row_finite(const TensorView<T>& v, Index r, Index head) const {
-    for (Index c = 0; c < d_; ++c)
-      if (!std::isfinite(to_arith<double>(v(r, head, c)))) return false;
-    return true;
+  static std::vector<char> nonfinite_rows(const TensorView<T>& v, Index d) {
+    const Index n = v.tokens(), H = v.heads();
+    std::vector<char> bad(std::size_t(n * H), 0);
+    for (Index i = 0; i < n; ++i)
+      for (Index h = 0; h < H; ++h) {
+        int b = 0;  // x - x is 0 for finite x, NaN for NaN and ±inf: a branch-free OR
+        for (Index c = 0; c < d; ++c) {
+          const double x = to_arith<double>(v(i, h, c));
+          b |= !(x - x == 0);
+        }
+        bad[std::size_t(i * H + h)] = char(b);
+      }
+    return bad;
   }
 
   // Mask (direct tiles) or conversion to `out` with the per-pair decay, bias and mask
@@ -944,6 +959,8 @@ class TileRun {
   std::vector<double> t_, s_, lam_;
   bool has_decay_ = false, has_alibi_ = false, identity_ = false, pure_ = true;
   bool pair_decay_ = false;  // γ^(t_i − s_j) per pair in the epilogue (steep decays)
+  std::vector<char> q_bad_, k_bad_;  // pair_decay_: rows with a NaN or inf, [token * H + head]
+  bool any_bad_ = false;             // some row of q_bad_ or k_bad_ is set
   TilePlan qp_, kp_;
   int rel_ = 0, coef_ = 0;
   Buf<C> qcoef_shared_, kcoef_shared_;
