@@ -2,8 +2,9 @@
 # Build peal's tests and examples with clang++ and ASan + UBSan (PEAL_SANITIZE=ON) in
 # build-asan/ and run them. -O1 without NDEBUG: Eigen's assertions stay on, and the tests
 # still run at a usable speed. -gline-tables-only: the sanitizers' stack traces keep file and
-# line, and the build costs ~18% less than with -g (docs/build-cost.md). The consumer projects (packaging, not memory) are
-# left to scripts/test.sh. Run by .ci/run on every submission.
+# line, and the build costs ~18% less than with -g (docs/build-cost.md). The consumer
+# projects (packaging, not memory) are left to scripts/test.sh. Run by .ci/run on every
+# submission.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
