@@ -187,8 +187,9 @@ void attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<T
   sm.softcap = opt.softcap;
   sm.alibi_slopes = opt.alibi_slopes;
   sm.sinks = opt.sinks;
-  if (!opt.keys_encoded)
-    return sk::run_attention<C>(enc, q, tq, k, tk, v, out, so, sm, opt.lse);
+  if (!opt.keys_encoded)  // read-only input views: one kernel per storage (detail::ro)
+    return sk::run_attention<C>(enc, detail::ro(q), tq, detail::ro(k), tk, detail::ro(v), out, so, sm,
+                                opt.lse);
   // The cache holds G(s_j) k_j: score = (F(t_i) q_i)^T (G(s_j) k_j), an identity encoding on
   // the encoded queries (one copy of q in the arithmetic type).
   const Index nq = q.tokens(), Hq = q.heads(), d = q.dim();
@@ -196,8 +197,8 @@ void attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<T
   const TensorView<C> qv(qe.data(), nq, Hq, d);
   encode_queries(enc, q, qv, tq);
   const PassThrough<double> id{int(d)};
-  sk::run_attention<C>(id, TensorView<const C>(qe.data(), nq, Hq, d), tq, k, tk, v, out, so,
-                       sm, opt.lse);
+  sk::run_attention<C>(id, TensorView<const C>(qe.data(), nq, Hq, d), tq, detail::ro(k), tk,
+                       detail::ro(v), out, so, sm, opt.lse);
 }
 
 }  // namespace peal

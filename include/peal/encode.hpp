@@ -1051,7 +1051,7 @@ void encode_queries(const E& enc, TensorView<TS> src, TensorView<TD> dst, const 
   namespace k = detail::encode_kernels;
   k::check_views(enc, src, dst, "encode_queries");
   pos.check(dst.tokens(), "encode_queries");
-  k::run(enc, k::Mode::query, src, dst, pos);
+  k::run(enc, k::Mode::query, detail::ro(src), dst, pos);
 }
 
 /// q[i,h,:] <- F(t_i) q[i,h,:] = A(t_i)^T q[i,h,:] for every token i and head h, in place.
@@ -1066,7 +1066,7 @@ void encode_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Pos
   namespace kk = detail::encode_kernels;
   kk::check_views(enc, src, dst, "encode_keys");
   pos.check(dst.tokens(), "encode_keys");
-  kk::run(enc, kk::Mode::key, src, dst, pos);
+  kk::run(enc, kk::Mode::key, detail::ro(src), dst, pos);
 }
 
 /// k[i,h,:] <- G(s_i) k[i,h,:] = A(-s_i) k[i,h,:] for every token i and head h, in place.
@@ -1083,7 +1083,7 @@ void shift_keys(const E& enc, TensorView<T> k, double delta) {
   namespace kk = detail::encode_kernels;
   kk::check_views(enc, k, k, "shift_keys");
   detail::require_finite(delta, "shift_keys", "delta");
-  kk::run(enc, kk::Mode::shift, k, k, Positions::sequence(delta, 0.0));
+  kk::run(enc, kk::Mode::shift, detail::ro(k), k, Positions::sequence(delta, 0.0));
 }
 
 /// dst <- A(-delta) src (out-of-place shift_keys; no overlap, or the same view: in place).
@@ -1092,7 +1092,7 @@ void shift_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, double del
   namespace kk = detail::encode_kernels;
   kk::check_views(enc, src, dst, "shift_keys");
   detail::require_finite(delta, "shift_keys", "delta");
-  kk::run(enc, kk::Mode::shift, src, dst, Positions::sequence(delta, 0.0));
+  kk::run(enc, kk::Mode::shift, detail::ro(src), dst, Positions::sequence(delta, 0.0));
 }
 
 // ---- N-D positions (multi_axis.hpp, positions_nd.hpp): token i at the point p_i ∈ ℝᴰ.
@@ -1104,7 +1104,7 @@ void encode_queries(const E& enc, TensorView<TS> src, TensorView<TD> dst, const 
   namespace k = detail::encode_kernels;
   k::check_views(enc, src, dst, "encode_queries");
   pos.check(dst.tokens(), enc.axes(), "encode_queries");
-  k::run(enc, k::Mode::query, src, dst, pos);
+  k::run(enc, k::Mode::query, detail::ro(src), dst, pos);
 }
 template <class E, class T>
 void encode_queries(const E& enc, TensorView<T> q, const PositionsND& pos) {
@@ -1116,7 +1116,7 @@ void encode_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst, const Pos
   namespace k = detail::encode_kernels;
   k::check_views(enc, src, dst, "encode_keys");
   pos.check(dst.tokens(), enc.axes(), "encode_keys");
-  k::run(enc, k::Mode::key, src, dst, pos);
+  k::run(enc, k::Mode::key, detail::ro(src), dst, pos);
 }
 template <class E, class T>
 void encode_keys(const E& enc, TensorView<T> k, const PositionsND& pos) {
@@ -1133,7 +1133,7 @@ void shift_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst,
                  " coordinates, the encoding has " + std::to_string(enc.axes()) + " axes");
   const PositionsND d = PositionsND::constant(delta.data(), enc.axes());
   d.check(dst.tokens(), enc.axes(), "shift_keys");
-  k::run(enc, k::Mode::shift, src, dst, d);
+  k::run(enc, k::Mode::shift, detail::ro(src), dst, d);
 }
 template <class E, class T>
 void shift_keys(const E& enc, TensorView<T> k, const std::vector<double>& delta) {

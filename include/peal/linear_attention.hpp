@@ -129,7 +129,8 @@ void linear_attention(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
                                sk::arith_t<Tq, Tk>>;
   detail::linear::StateData<C> st;
   detail::linear::init_state(st, q.heads(), k.heads(), q.dim(), v.dim(), opt);
-  detail::linear::run_linear<C>(enc, q, tq, k, tk, v, out, opt, st, false);
+  detail::linear::run_linear<C>(enc, detail::ro(q), tq, detail::ro(k), tk, detail::ro(v), out, opt, st,
+                                false);
 }
 
 /// The same, continuing from `state` (the keys before these; empty: none) and leaving in it
@@ -167,7 +168,8 @@ void linear_attention(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
        << " is after the first position of this call (positions must continue in time)";
     detail::fail(os.str());
   }
-  detail::linear::run_linear<C>(enc, q, tq, k, tk, v, out, opt, state.storage(), true);
+  detail::linear::run_linear<C>(enc, detail::ro(q), tq, detail::ro(k), tk, detail::ro(v), out, opt,
+                                state.storage(), true);
 }
 
 }  // namespace peal

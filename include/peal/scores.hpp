@@ -168,6 +168,16 @@ inline void check_position_span(const Positions& tq, Index nq, const Positions& 
     fail(w + ": differences of positions overflow (positions too far apart)");
 }
 
+// The scores kernel of one (arithmetic, encoding, storage) combination: scores() calls it with
+// read-only views (ro), and peal::compiled (include/peal/compiled.hpp) instantiates it.
+template <class C, class E, class Tq, class Tk, class Out>
+void run_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
+                const TensorView<Tk>& k, const Positions& tk, const TensorView<Out>& out,
+                const ScoreOptions& opt) {
+  ScoresRun<C, E, Tq, Tk, Out> run(enc, q, tq, k, tk, out, opt);
+  run.run();
+}
+
 template <class E, class Tq, class Tk, class Out>
 void check_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
                   const TensorView<Tk>& k, const Positions& tk, const TensorView<Out>& out,
@@ -269,8 +279,7 @@ void scores(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> 
   if (q.tokens() == 0 || k.tokens() == 0 || q.heads() == 0) return;
   if (q.dim() == 0) return scores_reference(enc, q, tq, k, tk, out, opt);  // bias and mask only
   using C = sk::arith_t<Tq, Tk>;
-  sk::ScoresRun<C, E, Tq, Tk, Out> run(enc, q, tq, k, tk, out, opt);
-  run.run();
+  sk::run_scores<C>(enc, detail::ro(q), tq, detail::ro(k), tk, out, opt);
 }
 
 }  // namespace peal

@@ -147,4 +147,13 @@ TensorView<T> make_view(T* data, Index tokens, Index heads, Index dim, Strides s
   return TensorView<T>(data, tokens, heads, dim, strides);
 }
 
+namespace detail {
+/// v as a read-only view. The kernels take their input views through this, so that a
+/// writable and a read-only view of one storage run one instantiation (docs/build-cost.md).
+template <class T>
+TensorView<const T> ro(const TensorView<T>& v) {
+  return v;
+}
+}  // namespace detail
+
 }  // namespace peal
