@@ -2,7 +2,8 @@
 # What peal costs to compile, on this machine (docs/build-cost.md):
 #   1. each public header alone in a TU, beside Eigen/Dense alone;
 #   2. the example TUs tour, decoder_step, vision_language, and a minimal user TU (a RoPE
-#      preset, encode, causal attention) beside a TU doing an Eigen GEMM and a solve;
+#      preset, encode, causal attention), header-only and in compiled mode, beside a TU doing
+#      an Eigen GEMM and a solve;
 #   3. with a build directory argument whose build used scripts/time_compile.sh as
 #      CMAKE_CXX_COMPILER_LAUNCHER: the slowest 15 TUs of that build (wall s, peak MB) and
 #      the sum.
@@ -76,6 +77,9 @@ int main() {
 }
 CPP
 measure "user: preset + encode + attention" "$work/user.cpp" || true
+# The same TU in compiled mode: the kernels declared extern (include/peal/compiled.hpp), as in
+# a TU that links peal::compiled (compiled here only, not linked).
+measure "user, compiled mode (PEAL_COMPILED)" "$work/user.cpp" -DPEAL_COMPILED || true
 for e in tour decoder_step vision_language; do
   measure "examples/$e.cpp" "examples/$e.cpp" -I"$root/tests" || true
 done

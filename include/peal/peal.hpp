@@ -36,3 +36,6 @@
 #include "mrope.hpp"
 #include "vision_rope.hpp"
 #include "qwen_vl_positions.hpp"
+// Last: with PEAL_COMPILED (a TU linking peal::compiled) the preset kernels are declared
+// extern here and come from the library (docs/build-cost.md); otherwise this adds nothing.
+#include "compiled.hpp"

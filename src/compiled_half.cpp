@@ -1,0 +1,6 @@
+// peal::compiled: the kernels of include/peal/compiled.hpp for Eigen::half storage, explicitly
+// instantiated (one TU per storage, so that the library compiles in parallel).
+#define PEAL_COMPILED_SOURCE
+#include <peal/compiled.hpp>
+
+PEAL_COMPILED_HALF_STORAGE(, Eigen::half, float)
