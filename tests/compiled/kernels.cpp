@@ -127,21 +127,20 @@ void mrope(Index n, std::mt19937_64& rng) {
   auto q = random_vector<T>(n * H * d, rng), k = random_vector<T>(n * H * d, rng);
   const auto v = random_vector<T>(n * H * d, rng);
   std::vector<T> out(q.size());
-  peal::AttentionOptions opt;
-  opt.causal = true;
-  peal::attention(enc, peal::make_view<const T>(q.data(), n, H, d), P,
-                  peal::make_view<const T>(k.data(), n, H, d), P,
-                  peal::make_view<const T>(v.data(), n, H, d), peal::make_view(out.data(), n, H, d),
-                  opt);
-  emit(out);
+  const auto attend = [&](bool keys_encoded) {  // causal, k raw or already encoded
+    peal::AttentionOptions opt;
+    opt.causal = true;
+    opt.keys_encoded = keys_encoded;
+    peal::attention(enc, peal::make_view<const T>(q.data(), n, H, d), P,
+                    peal::make_view<const T>(k.data(), n, H, d), P,
+                    peal::make_view<const T>(v.data(), n, H, d),
+                    peal::make_view(out.data(), n, H, d), opt);
+    emit(out);
+  };
+  attend(false);
   peal::encode_keys(enc, peal::make_view(k.data(), n, H, d), P);
   emit(k);
-  opt.keys_encoded = true;
-  peal::attention(enc, peal::make_view<const T>(q.data(), n, H, d), P,
-                  peal::make_view<const T>(k.data(), n, H, d), P,
-                  peal::make_view<const T>(v.data(), n, H, d), peal::make_view(out.data(), n, H, d),
-                  opt);
-  emit(out);
+  attend(true);
 }
 
 }  // namespace
