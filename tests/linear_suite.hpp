@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "conformance_suite.hpp"
+#include "linear_kernels.hpp"
 
 namespace peal_test {
 namespace linear {
@@ -302,37 +303,6 @@ void compare(const Reference& r, const Buffer& out, const B& bound, bool dbl, Ch
       }
 }
 
-// ---- Running the kernel over type-erased buffers -------------------------------------------------
-/// linear_attention on buffers of the storage quads the tests instantiate: every storage in its
-/// own arithmetic (float/float/float/float, double/.../double), half and bfloat16 inputs with float
-/// and double outputs, and float inputs with a double output (Full); (float, double) only otherwise.
-template <bool Full, class E>
-void run_linear(const E& enc, const Buffer& q, const Positions& tq, const Buffer& k,
-                const Positions& tk, const Buffer& v, Buffer& out, const LinearAttentionOptions& opt) {
-  using S = Storage;
-  auto is = [&](S a, S b, S c, S e) {
-    return q.type() == a && k.type() == b && v.type() == c && out.type() == e;
-  };
-  auto go = [&](auto tq_, auto tk_, auto tv_, auto to_) {
-    using Tq = decltype(tq_);
-    using Tk = decltype(tk_);
-    using Tv = decltype(tv_);
-    using To = decltype(to_);
-    peal::linear_attention(enc, typed<const Tq>(q.view()), tq, typed<const Tk>(k.view()), tk,
-                           typed<const Tv>(v.view()), typed<To>(out.view()), opt);
-  };
-  if (is(S::f32, S::f32, S::f32, S::f32)) return go(float(), float(), float(), float());
-  if (is(S::f64, S::f64, S::f64, S::f64)) return go(double(), double(), double(), double());
-  if constexpr (Full) {
-    if (is(S::f16, S::bf16, S::f16, S::f32))
-      return go(Eigen::half(), Eigen::bfloat16(), Eigen::half(), float());
-    if (is(S::bf16, S::f16, S::bf16, S::f64))
-      return go(Eigen::bfloat16(), Eigen::half(), Eigen::bfloat16(), double());
-    if (is(S::f32, S::f32, S::f32, S::f64)) return go(float(), float(), float(), double());
-  }
-  throw std::logic_error("run_linear: storage combination not instantiated");
-}
-
 /// The arithmetic the kernel computes in: double when q, k or v stores double.
 inline bool double_arithmetic(Storage q, Storage k, Storage v) {
   return q == Storage::f64 || k == Storage::f64 || v == Storage::f64;
@@ -457,3 +427,6 @@ FormsResult check_forms(const E& enc, const EL& el, const Setup& su, std::mt1993
 
 }  // namespace linear
 }  // namespace peal_test
+
+// The linear kernels of every family are compiled in tests/kernels/linear_*.cpp.
+PEAL_LINEAR_EXTERN_ALL();
