@@ -27,9 +27,12 @@
 // large (~1.7e9) positions; several tiles and irregular tiles (query_tile / key_tile 7, 16);
 // threads 1 and 2 (bitwise equal results); the long double encodings themselves in the kernels.
 //
-// Cost: the kernels are instantiated once per ENCODING TYPE (KernelsOf, a small switch over the
-// storage combinations listed in encode_pairs / score_triples); the reference once per long
-// double encoding type (OracleOf); everything else is ordinary code shared by all families.
+// Cost: the kernels are instantiated once per ENCODING TYPE (KernelsOf, conformance_kernels.hpp,
+// a small switch over the storage combinations listed in encode_pairs / score_triples), in a TU
+// of tests/kernels/ and nowhere else (this header declares them extern); the reference once per
+// long double encoding type (OracleOf); everything else is ordinary code shared by all families.
+// A family of a new encoding type: a line in PEAL_CONFORMANCE_EXTERN_ALL and one in a
+// tests/kernels/conformance_*.cpp (without them it still runs, compiling its kernels here).
 //
 // Adding a kernel: a virtual entry in KernelSet and its switch in KernelsOf, and a check_X_case
 // (oracle, kernels, case, ScoreInputs) beside check_scores_case and check_attention_case, called
