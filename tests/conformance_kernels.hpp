@@ -1,12 +1,12 @@
 // The kernels of one encoding family for the conformance suite (conformance_suite.hpp),
 // type-erased over storage: KernelsOf<E, Full> calls encode_queries / encode_keys,
 // shift_keys, scores and attention of encoding type E on the storage combinations the suite
-// checks, behind the virtual interface KernelSet. This header holds no Catch2 and no
-// reference, so that the kernels of a family can be instantiated in a TU of their own
-// (tests/kernels/conformance_*.cpp, PEAL_CONFORMANCE_KERNELS) while the suite's TUs declare
-// them extern (PEAL_CONFORMANCE_KERNELS_EXTERN) and compile test logic only: the two halves
-// of a family's compile then run side by side, and neither passes the minute
-// (docs/build-cost.md §3).
+// checks, behind the virtual interface KernelSet; with what it needs, the storage types and
+// the caller memory (Storage, load / store, Geometry, Buffer, AnyView), which the suites share.
+// This header holds no Catch2 and no reference, so that the kernels of a family can be
+// instantiated in a TU of their own (tests/kernels/conformance_*.cpp, PEAL_CONFORMANCE_KERNELS)
+// while the suite's TUs declare them extern (PEAL_CONFORMANCE_KERNELS_EXTERN) and compile test
+// logic only, and the two halves of a family's compile run side by side (docs/build-cost.md §3).
 #pragma once
 
 #include <cstddef>

@@ -6,7 +6,8 @@
 // lag t - s, or, for encodings without Jordan chains and within the range of long double, its
 // encode_query / encode_key around one anchor), on the inputs AFTER rounding to their storage
 // types; the sizes the bound Tol::linear_out (tests/tolerances.hpp) is relative to; the caller
-// memory (conformance_suite.hpp's Buffer, Geometry and storage types) and a storage dispatcher.
+// memory (conformance_kernels.hpp's Buffer, Geometry and storage types). The kernel calls over
+// those buffers (run_linear): tests/linear_kernels.hpp.
 // The bound is relative to sum_j |scale| gamma^tau |q| ||A(tau)|| |k| |v_je|, not to the output,
 // since the sum of the terms can cancel.
 #pragma once
@@ -29,7 +30,6 @@
 namespace peal_test {
 namespace linear {
 
-using conformance::AnyView;
 using conformance::Buffer;
 using conformance::Geometry;
 using conformance::LVector;
@@ -38,7 +38,6 @@ using conformance::Oracle;
 using conformance::OracleOf;
 using conformance::Shape;
 using conformance::Storage;
-using conformance::typed;
 using peal::Index;
 using peal::LinearAttentionOptions;
 using peal::LinearForm;
