@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "families.hpp"
+#include "kernel_catalogue.hpp"
 #include "tolerances.hpp"
 
 namespace peal_test {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "families.hpp"
+#include "kernel_catalogue.hpp"
 #include "tolerances.hpp"
 
 namespace {

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernel_catalogue.hpp"
 #include "reference/retnet_torchscale.hpp"
 #include "tolerances.hpp"
 

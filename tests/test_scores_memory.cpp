@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernel_catalogue.hpp"
+
 namespace {
 
 std::atomic<bool> counting{false};
