@@ -1,4 +1,4 @@
-// The shared part of tests/test_linear_attention.cpp and tests/test_linear_state.cpp: packed
+// The shared part of tests/test_linear_attention.cpp and tests/test_linear_state*.cpp: packed
 // and padded inputs (Packed), outputs (Out), a RoPE config, bitwise comparison, mixed twins.
 // Internal linkage on purpose: each test TU holds its own copy, as when they were one file.
 #pragma once

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernel_catalogue.hpp"
 #include "tolerances.hpp"
 
 namespace {

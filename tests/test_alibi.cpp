@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernel_catalogue.hpp"
 #include "reference/preset_reference.hpp"
 #include "tolerances.hpp"
 

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernel_catalogue.hpp"
 #include "tolerances.hpp"
 
 namespace toy {

@@ -8,9 +8,9 @@
 //   among them); and tests that must fail (a reference without the decay, with a decay or a
 //   scale slightly off). Issue 19: a chunk past the keys is one chunk (item 2), any thread count
 //   (6), growth past the range is non-finite in every form and the state (9).
-// LinearState (prefill then decode and chained calls, read() and advance(), a double state,
-// refused overlapping views and absurd sizes, its own encoding only (issue 19 item 8),
-// concurrent reads): tests/test_linear_state.cpp. The encoding families:
+// LinearState (prefill then decode and chained calls, read() and advance(), a double state):
+// tests/test_linear_state.cpp; its guards (refused overlapping views and absurd sizes, its own
+// encoding only (issue 19 item 8)) and concurrent reads: tests/test_linear_state_guards.cpp. The encoding families:
 // tests/test_linear_families.cpp. Shared helpers: tests/linear_attention_check.hpp.
 #include "linear_attention_check.hpp"
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "kernel_catalogue.hpp"
 #include "tolerances.hpp"
 
 namespace {

@@ -1,6 +1,6 @@
 // The conformance suite's kernels (KernelsOf, tests/conformance_kernels.hpp) for the banks of
-// rotations (also xPos and RetNet, test_conformance_presets.cpp), real blocks, Jordan blocks and
-// complex Jordan blocks.
+// rotations (also xPos and RetNet, test_conformance_presets.cpp) and of real blocks. The banks of
+// Jordan blocks: conformance_jordan_banks.cpp (split for compile time).
 // One line per encoding type: an explicit instantiation is defined once in the program.
 #include "../conformance_kernels.hpp"
 
@@ -9,5 +9,3 @@ using peal::Layout;
 
 PEAL_CONFORMANCE_KERNELS(BankFam<RotationFam, Layout::Interleaved>);
 PEAL_CONFORMANCE_KERNELS(BankFam<RealFam, Layout::Interleaved>);
-PEAL_CONFORMANCE_KERNELS(BankFam<JordanFam<3>, Layout::Interleaved>);
-PEAL_CONFORMANCE_KERNELS(BankFam<RotationJordanFam<2>, Layout::Interleaved>);
