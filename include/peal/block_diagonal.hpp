@@ -1,7 +1,7 @@
 // BlockDiagonal<Parts...>: heterogeneous composition, X = diag(X_1, ..., X_k) and so
 // A(tau) = diag(A_1(tau), ..., A_k(tau)), the parts taking consecutive coordinate ranges
-// in order. PassThrough<S>{n} is the identity on n coordinates (X = 0), e.g. the
-// non-rotary tail of a partial-rotary head. compose(parts...) deduces the types.
+// in order; a part may be PassThrough<S>{n} (pass_through.hpp), the identity on n
+// coordinates. compose(parts...) deduces the types.
 #pragma once
 
 #include <tuple>
@@ -9,28 +9,9 @@
 #include <utility>
 
 #include "encoding.hpp"
+#include "pass_through.hpp"
 
 namespace peal {
-
-/// n coordinates that no position touches: X = 0, A(tau) = I.
-template <class S = double>
-class PassThrough : public Encoding<PassThrough<S>, S> {
- public:
-  using Real = real_t<S>;
-  using MatrixType = Matrix<S>;
-  explicit PassThrough(int n) : n_(n) { detail::require(n >= 0, "PassThrough: size must be >= 0"); }
-  int dim() const { return n_; }
-  MatrixType generator() const { return MatrixType::Zero(n_, n_); }
-  MatrixType A(Real tau) const {
-    detail::require_finite(tau, "A", "tau");
-    return MatrixType::Identity(n_, n_);
-  }
-  template <class V>
-  void apply(V&&, Real, bool) const {}
-
- private:
-  int n_;
-};
 
 template <class... Parts>
 class BlockDiagonal

@@ -12,6 +12,7 @@
 #include "jordan_block.hpp"
 #include "rotation_jordan_block.hpp"
 #include "bank.hpp"
+#include "pass_through.hpp"
 #include "block_diagonal.hpp"
 #include "basis_change.hpp"
 #include "view.hpp"

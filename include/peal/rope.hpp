@@ -291,13 +291,11 @@ inline void validate_rope_config(const RopeConfig& c) {
 
 namespace detail {
 namespace rope_impl {
-inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_seq_len) {
-  namespace ri = detail::rope_impl;
-  using ri::num;
+// What every rope_type checks: theta, the lengths, every scaling key finite (a key a type does
+// not use is ignored, but must not be NaN), alpha only with "dynamic".
+inline void check_common(const RopeConfig& c, double seq_len) {
   const RopeScaling& sc = c.scaling;
   const RopeType type = sc.type;
-  const int D = rope_rotary_dim(c);
-  const int half = D / 2;
   if (!std::isfinite(c.rope_theta) || !(c.rope_theta > 1.0))
     detail::fail("rope: rope_theta must be finite and > 1, got " + num(c.rope_theta));
   if (c.max_position_embeddings &&
@@ -306,15 +304,15 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
                  num(*c.max_position_embeddings));
   if (!(seq_len >= 0) || !(seq_len <= preset_max_length))
     detail::fail("rope: seq_len must be >= 0 and <= 2^53 (preset_max_length), got " + num(seq_len));
-  ri::require_finite_opt(sc.factor, "factor");
-  ri::require_finite_opt(sc.original_max_position_embeddings, "original_max_position_embeddings");
-  ri::require_finite_opt(sc.beta_fast, "beta_fast");
-  ri::require_finite_opt(sc.beta_slow, "beta_slow");
-  ri::require_finite_opt(sc.mscale, "mscale");
-  ri::require_finite_opt(sc.mscale_all_dim, "mscale_all_dim");
-  ri::require_finite_opt(sc.attention_factor, "attention_factor");
-  ri::require_finite_opt(sc.low_freq_factor, "low_freq_factor");
-  ri::require_finite_opt(sc.high_freq_factor, "high_freq_factor");
+  require_finite_opt(sc.factor, "factor");
+  require_finite_opt(sc.original_max_position_embeddings, "original_max_position_embeddings");
+  require_finite_opt(sc.beta_fast, "beta_fast");
+  require_finite_opt(sc.beta_slow, "beta_slow");
+  require_finite_opt(sc.mscale, "mscale");
+  require_finite_opt(sc.mscale_all_dim, "mscale_all_dim");
+  require_finite_opt(sc.attention_factor, "attention_factor");
+  require_finite_opt(sc.low_freq_factor, "low_freq_factor");
+  require_finite_opt(sc.high_freq_factor, "high_freq_factor");
   for (const auto* list : {&sc.short_factor, &sc.long_factor})
     if (*list)
       for (double x : **list)
@@ -332,225 +330,272 @@ inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_se
                  num(*sc.attention_factor));
 
   if (sc.alpha && type != RopeType::Dynamic)
-    detail::fail(std::string("rope: rope_scaling.alpha is Hunyuan's dynamic scaling; rope_type \"") +
-                 to_string(type) + "\" does not use it");
+    detail::fail(
+        std::string("rope: rope_scaling.alpha is Hunyuan's dynamic scaling; rope_type \"") +
+        to_string(type) + "\" does not use it");
+}
+
+// One function per rope_type (docs/presets.md §2-7), each writing out.inv_freq (and
+// out.attention_factor where the type has one) for rotary dimension D and base theta.
+
+// default: theta^(-2i/D).
+inline void default_frequencies(int D, long double theta, RopeFrequencies& out) {
+  out.inv_freq = base_inv_freq(D, theta);
+}
+
+// linear: omega_i / factor.
+inline void linear_frequencies(const RopeConfig& c, int D, long double theta,
+                               RopeFrequencies& out) {
+  const RopeScaling& sc = c.scaling;
+  const RopeType type = sc.type;
+  const double f = need(sc.factor, type, "factor");
+  require_factor_at_least_one(f, type);
+  out.inv_freq = base_inv_freq(D, theta);
+  for (long double& w : out.inv_freq) w /= static_cast<long double>(f);
+}
+
+// dynamic (NTK by length, or Hunyuan's fixed alpha): a larger base theta.
+inline void dynamic_frequencies(const RopeConfig& c, int D, long double theta, double seq_len,
+                                bool need_seq_len, RopeFrequencies& out) {
+  const RopeScaling& sc = c.scaling;
+  const RopeType type = sc.type;
+  if (sc.alpha) {
+    // Hunyuan: theta' = theta alpha^(D / (D - 2)), whatever the length.
+    if (!std::isfinite(*sc.alpha) || !(*sc.alpha > 0))
+      detail::fail("rope: rope_scaling.alpha must be finite and > 0, got " + num(*sc.alpha));
+    if (D <= 2) detail::fail("rope: rope_type \"dynamic\" requires rotary dim > 2");
+    const long double Dl = D;
+    out.inv_freq =
+        base_inv_freq(D, theta * std::pow(static_cast<long double>(*sc.alpha), Dl / (Dl - 2.0L)));
+    return;
+  }
+  // theta' = theta (f L / M - (f - 1))^(D / (D - 2)), L = max(seq_len, M), M =
+  // max_position_embeddings (HF ignores rope_scaling.original_max_position_embeddings).
+  const double f = need(sc.factor, type, "factor");
+  require_factor_at_least_one(f, type);
+  if (!c.max_position_embeddings)
+    detail::fail("rope: rope_type \"dynamic\" requires max_position_embeddings");
+  if (need_seq_len && !(seq_len > 0))
+    detail::fail(
+        "rope: rope_type \"dynamic\" requires seq_len > 0 (the length the table is "
+        "computed for), got " +
+        num(seq_len));
+  if (D <= 2) detail::fail("rope: rope_type \"dynamic\" requires rotary dim > 2");
+  const long double M = *c.max_position_embeddings, F = f;
+  const long double L = seq_len > M ? static_cast<long double>(seq_len) : M;
+  const long double Dl = D;
+  // f L / M - (f - 1) written as 1 + f (L - M) / M: equal, and exactly 1 at L = M
+  // (the published form cancels to 0 there once f exceeds 2^64, giving omega = inf).
+  const long double base = theta * std::pow(1.0L + F * ((L - M) / M), Dl / (Dl - 2.0L));
+  out.inv_freq = base_inv_freq(D, base);
+}
+
+// yarn: a ramp between interpolation and extrapolation over the pair index, and an
+// attention factor.
+inline void yarn_frequencies(const RopeConfig& c, int D, long double theta, RopeFrequencies& out) {
+  const RopeScaling& sc = c.scaling;
+  const RopeType type = sc.type;
+  // Current HF (after PR #40320): explicit factor; L0 = original_max_position_embeddings,
+  // else max_position_embeddings; factor = max / L0 only when factor is absent.
+  std::optional<double> L0o = sc.original_max_position_embeddings;
+  if (!L0o) L0o = c.max_position_embeddings;
+  if (!L0o)
+    detail::fail(
+        "rope: rope_type \"yarn\" requires rope_scaling."
+        "original_max_position_embeddings or max_position_embeddings");
+  double f;
+  if (sc.factor) {
+    f = *sc.factor;
+  } else if (sc.original_max_position_embeddings && c.max_position_embeddings) {
+    f = *c.max_position_embeddings / *sc.original_max_position_embeddings;
+  } else {
+    detail::fail(
+        "rope: rope_type \"yarn\" requires rope_scaling.factor (or both "
+        "max_position_embeddings and rope_scaling.original_max_position_embeddings)");
+  }
+  require_factor_at_least_one(f, type);
+  // HF reads beta_* as `value or default`: 0 means the default too.
+  const long double beta_fast = (sc.beta_fast && *sc.beta_fast != 0) ? *sc.beta_fast : 32.0L;
+  const long double beta_slow = (sc.beta_slow && *sc.beta_slow != 0) ? *sc.beta_slow : 1.0L;
+  if (!(beta_fast > 0) || !(beta_slow > 0))
+    detail::fail("rope: rope_scaling.beta_fast and beta_slow must be > 0, got " + num(beta_fast) +
+                 " and " + num(beta_slow));
+  const bool truncate = sc.truncate.value_or(true);
+  const long double F = f, L0 = *L0o;
+
+  long double af;
+  if (sc.attention_factor) {
+    af = *sc.attention_factor;
+  } else if (sc.mscale && *sc.mscale != 0 && sc.mscale_all_dim && *sc.mscale_all_dim != 0) {
+    af = yarn_get_mscale(F, *sc.mscale) / yarn_get_mscale(F, *sc.mscale_all_dim);
+  } else {
+    af = yarn_get_mscale(F);
+  }
+  if (!std::isfinite(af) || !(af > 0))
+    detail::fail(
+        "rope: yarn attention factor get_mscale(factor, mscale) / "
+        "get_mscale(factor, mscale_all_dim) = " +
+        num(af) + " must be finite and > 0");
+  out.attention_factor = af;
+
+  // Correction range over pair indices: c(r) = D ln(L0 / (2 pi r)) / (2 ln theta).
+  const auto corr = [&](long double r) {
+    return static_cast<long double>(D) * std::log(L0 / (r * 2.0L * pi())) /
+           (2.0L * std::log(theta));
+  };
+  long double low = corr(beta_fast), high = corr(beta_slow);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  if (low < 0) low = 0;
+  if (high > static_cast<long double>(D - 1)) high = static_cast<long double>(D - 1);
+  if (!(low < high) && !(low > high)) high += 0.001L;  // HF: avoid a zero-width ramp
+
+  const std::vector<long double> extra = base_inv_freq(D, theta);
+  out.inv_freq.resize(extra.size());
+  for (std::size_t j = 0; j < extra.size(); ++j) {
+    long double ramp = (static_cast<long double>(j) - low) / (high - low);
+    ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
+    const long double extrapolation_factor = 1.0L - ramp;
+    out.inv_freq[j] =
+        (extra[j] / F) * (1.0L - extrapolation_factor) + extra[j] * extrapolation_factor;
+  }
+}
+
+// longrope: per-pair short or long factors (chosen by seq_len), and an attention factor.
+inline void longrope_frequencies(const RopeConfig& c, int D, long double theta, double seq_len,
+                                 bool need_seq_len, RopeFrequencies& out) {
+  const RopeScaling& sc = c.scaling;
+  const RopeType type = sc.type;
+  const int half = D / 2;
+  check_factor_list(sc.short_factor, "short_factor", half);
+  check_factor_list(sc.long_factor, "long_factor", half);
+  std::optional<double> L0o = sc.original_max_position_embeddings;
+  if (!L0o) L0o = c.max_position_embeddings;
+  if (!L0o)
+    detail::fail(
+        "rope: rope_type \"longrope\" requires original_max_position_embeddings "
+        "or max_position_embeddings");
+  if (!(*L0o > 1))
+    detail::fail("rope: longrope original_max_position_embeddings must be > 1, got " + num(*L0o));
+  if (need_seq_len && !(seq_len > 0))
+    detail::fail(
+        "rope: rope_type \"longrope\" requires seq_len > 0 (it selects "
+        "short_factor or long_factor), got " +
+        num(seq_len));
+  const long double L0 = *L0o;
+  if (sc.factor) require_factor_at_least_one(*sc.factor, type);
+  if (sc.attention_factor) {
+    out.attention_factor = *sc.attention_factor;
+  } else {
+    long double f;
+    if (sc.factor) {
+      f = *sc.factor;
+    } else if (c.max_position_embeddings) {
+      f = static_cast<long double>(*c.max_position_embeddings) / L0;
+    } else {
+      detail::fail(
+          "rope: rope_type \"longrope\" needs rope_scaling.factor, "
+          "max_position_embeddings or rope_scaling.attention_factor");
+    }
+    out.attention_factor = f <= 1.0L ? 1.0L : std::sqrt(1.0L + std::log(f) / std::log(L0));
+  }
+  // Both tables must be valid whatever seq_len selects: HF switches to the other at L0.
+  const std::vector<long double> base = base_inv_freq(D, theta);
+  for (const char* name : {"short_factor", "long_factor"}) {
+    const std::vector<double>& list = name[0] == 's' ? *sc.short_factor : *sc.long_factor;
+    for (std::size_t i = 0; i < base.size(); ++i)
+      require_preset_frequency(base[i] / static_cast<long double>(list[i]), i,
+                               "rope: rope_type \"longrope\"",
+                               "theta^(-2i/D) / rope_scaling." + std::string(name) + "[" +
+                                   std::to_string(i) + "] = " + num(list[i]));
+  }
+  const std::vector<double>& ext =
+      static_cast<long double>(seq_len) > L0 ? *sc.long_factor : *sc.short_factor;
+  out.inv_freq = base;
+  for (int i = 0; i < half; ++i)
+    out.inv_freq[std::size_t(i)] /= static_cast<long double>(ext[std::size_t(i)]);
+}
+
+// llama3: low frequencies divided by factor, high ones kept, a smooth band between.
+inline void llama3_frequencies(const RopeConfig& c, int D, long double theta,
+                               RopeFrequencies& out) {
+  const RopeScaling& sc = c.scaling;
+  const RopeType type = sc.type;
+  const double f = need(sc.factor, type, "factor");
+  const double lo = need(sc.low_freq_factor, type, "low_freq_factor");
+  const double hi = need(sc.high_freq_factor, type, "high_freq_factor");
+  const double L0d =
+      need(sc.original_max_position_embeddings, type, "original_max_position_embeddings");
+  require_factor_at_least_one(f, type);
+  // Equal factors (Llama 4's configs: 1 and 1) leave no smooth band: HF's torch.where
+  // then keeps or divides each frequency; only a wavelength exactly at the threshold would
+  // meet HF's 0 / 0, and peal keeps that one.
+  if (!(lo > 0) || !(hi >= lo))
+    detail::fail("rope: llama3 requires 0 < low_freq_factor <= high_freq_factor, got " + num(lo) +
+                 " and " + num(hi));
+  const long double F = f, L0 = L0d, LO = lo, HI = hi;
+  const long double low_wavelen = L0 / LO, high_wavelen = L0 / HI;
+  out.inv_freq = base_inv_freq(D, theta);
+  for (long double& w : out.inv_freq) {
+    const long double wavelen = 2.0L * pi() / w;
+    if (wavelen < high_wavelen) {
+      // high frequency: kept
+    } else if (wavelen > low_wavelen) {
+      w = w / F;
+    } else if (!(HI > LO)) {
+      // the threshold itself, with no band: kept
+    } else {
+      const long double smooth = (L0 / wavelen - LO) / (HI - LO);
+      w = (1.0L - smooth) * w / F + smooth * w;
+    }
+  }
+}
+
+// ggml's freq_factors, after the rope_type's rescaling.
+inline void apply_frequency_factors(const RopeConfig& c, RopeFrequencies& out) {
+  if (c.frequency_factors.empty()) return;
+  if (c.frequency_factors.size() != out.inv_freq.size())
+    detail::fail("rope: frequency_factors has " + std::to_string(c.frequency_factors.size()) +
+                 " entries, rotary_dim / 2 = " + std::to_string(out.inv_freq.size()) + " expected");
+  for (std::size_t i = 0; i < out.inv_freq.size(); ++i) {
+    const double f = c.frequency_factors[i];
+    if (!std::isfinite(f) || !(f > 0))
+      detail::fail("rope: frequency_factors[" + std::to_string(i) +
+                   "] must be finite and > 0, got " + num(f));
+    out.inv_freq[i] /= static_cast<long double>(f);
+  }
+}
+
+inline RopeFrequencies compute(const RopeConfig& c, double seq_len, bool need_seq_len) {
+  const int D = rope_rotary_dim(c);
+  check_common(c, seq_len);
   const long double theta = c.rope_theta;
+  const RopeType type = c.scaling.type;
   RopeFrequencies out;
   out.rotary_dim = D;
-
   switch (type) {
     case RopeType::Default:
-      out.inv_freq = ri::base_inv_freq(D, theta);
+      default_frequencies(D, theta, out);
       break;
-
-    case RopeType::Linear: {
-      const double f = ri::need(sc.factor, type, "factor");
-      ri::require_factor_at_least_one(f, type);
-      out.inv_freq = ri::base_inv_freq(D, theta);
-      for (long double& w : out.inv_freq) w /= static_cast<long double>(f);
+    case RopeType::Linear:
+      linear_frequencies(c, D, theta, out);
       break;
-    }
-
-    case RopeType::Dynamic: {
-      if (sc.alpha) {
-        // Hunyuan: theta' = theta alpha^(D / (D - 2)), whatever the length.
-        if (!std::isfinite(*sc.alpha) || !(*sc.alpha > 0))
-          detail::fail("rope: rope_scaling.alpha must be finite and > 0, got " + num(*sc.alpha));
-        if (D <= 2) detail::fail("rope: rope_type \"dynamic\" requires rotary dim > 2");
-        const long double Dl = D;
-        out.inv_freq = ri::base_inv_freq(
-            D, theta * std::pow(static_cast<long double>(*sc.alpha), Dl / (Dl - 2.0L)));
-        break;
-      }
-      // theta' = theta (f L / M - (f - 1))^(D / (D - 2)), L = max(seq_len, M), M =
-      // max_position_embeddings (HF ignores rope_scaling.original_max_position_embeddings).
-      const double f = ri::need(sc.factor, type, "factor");
-      ri::require_factor_at_least_one(f, type);
-      if (!c.max_position_embeddings)
-        detail::fail("rope: rope_type \"dynamic\" requires max_position_embeddings");
-      if (need_seq_len && !(seq_len > 0))
-        detail::fail(
-            "rope: rope_type \"dynamic\" requires seq_len > 0 (the length the table is "
-            "computed for), got " +
-            num(seq_len));
-      if (D <= 2) detail::fail("rope: rope_type \"dynamic\" requires rotary dim > 2");
-      const long double M = *c.max_position_embeddings, F = f;
-      const long double L = seq_len > M ? static_cast<long double>(seq_len) : M;
-      const long double Dl = D;
-      // f L / M - (f - 1) written as 1 + f (L - M) / M: equal, and exactly 1 at L = M
-      // (the published form cancels to 0 there once f exceeds 2^64, giving omega = inf).
-      const long double base = theta * std::pow(1.0L + F * ((L - M) / M), Dl / (Dl - 2.0L));
-      out.inv_freq = ri::base_inv_freq(D, base);
+    case RopeType::Dynamic:
+      dynamic_frequencies(c, D, theta, seq_len, need_seq_len, out);
       break;
-    }
-
-    case RopeType::Yarn: {
-      // Current HF (after PR #40320): explicit factor; L0 = original_max_position_embeddings,
-      // else max_position_embeddings; factor = max / L0 only when factor is absent.
-      std::optional<double> L0o = sc.original_max_position_embeddings;
-      if (!L0o) L0o = c.max_position_embeddings;
-      if (!L0o)
-        detail::fail(
-            "rope: rope_type \"yarn\" requires rope_scaling."
-            "original_max_position_embeddings or max_position_embeddings");
-      double f;
-      if (sc.factor) {
-        f = *sc.factor;
-      } else if (sc.original_max_position_embeddings && c.max_position_embeddings) {
-        f = *c.max_position_embeddings / *sc.original_max_position_embeddings;
-      } else {
-        detail::fail(
-            "rope: rope_type \"yarn\" requires rope_scaling.factor (or both "
-            "max_position_embeddings and rope_scaling.original_max_position_embeddings)");
-      }
-      ri::require_factor_at_least_one(f, type);
-      // HF reads beta_* as `value or default`: 0 means the default too.
-      const long double beta_fast = (sc.beta_fast && *sc.beta_fast != 0) ? *sc.beta_fast : 32.0L;
-      const long double beta_slow = (sc.beta_slow && *sc.beta_slow != 0) ? *sc.beta_slow : 1.0L;
-      if (!(beta_fast > 0) || !(beta_slow > 0))
-        detail::fail("rope: rope_scaling.beta_fast and beta_slow must be > 0, got " +
-                     num(beta_fast) + " and " + num(beta_slow));
-      const bool truncate = sc.truncate.value_or(true);
-      const long double F = f, L0 = *L0o;
-
-      long double af;
-      if (sc.attention_factor) {
-        af = *sc.attention_factor;
-      } else if (sc.mscale && *sc.mscale != 0 && sc.mscale_all_dim && *sc.mscale_all_dim != 0) {
-        af = ri::yarn_get_mscale(F, *sc.mscale) / ri::yarn_get_mscale(F, *sc.mscale_all_dim);
-      } else {
-        af = ri::yarn_get_mscale(F);
-      }
-      if (!std::isfinite(af) || !(af > 0))
-        detail::fail(
-            "rope: yarn attention factor get_mscale(factor, mscale) / "
-            "get_mscale(factor, mscale_all_dim) = " +
-            num(af) + " must be finite and > 0");
-      out.attention_factor = af;
-
-      // Correction range over pair indices: c(r) = D ln(L0 / (2 pi r)) / (2 ln theta).
-      const auto corr = [&](long double r) {
-        return static_cast<long double>(D) * std::log(L0 / (r * 2.0L * ri::pi())) /
-               (2.0L * std::log(theta));
-      };
-      long double low = corr(beta_fast), high = corr(beta_slow);
-      if (truncate) {
-        low = std::floor(low);
-        high = std::ceil(high);
-      }
-      if (low < 0) low = 0;
-      if (high > static_cast<long double>(D - 1)) high = static_cast<long double>(D - 1);
-      if (!(low < high) && !(low > high)) high += 0.001L;  // HF: avoid a zero-width ramp
-
-      const std::vector<long double> extra = ri::base_inv_freq(D, theta);
-      out.inv_freq.resize(extra.size());
-      for (std::size_t j = 0; j < extra.size(); ++j) {
-        long double ramp = (static_cast<long double>(j) - low) / (high - low);
-        ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
-        const long double extrapolation_factor = 1.0L - ramp;
-        out.inv_freq[j] =
-            (extra[j] / F) * (1.0L - extrapolation_factor) + extra[j] * extrapolation_factor;
-      }
+    case RopeType::Yarn:
+      yarn_frequencies(c, D, theta, out);
       break;
-    }
-
-    case RopeType::LongRope: {
-      ri::check_factor_list(sc.short_factor, "short_factor", half);
-      ri::check_factor_list(sc.long_factor, "long_factor", half);
-      std::optional<double> L0o = sc.original_max_position_embeddings;
-      if (!L0o) L0o = c.max_position_embeddings;
-      if (!L0o)
-        detail::fail(
-            "rope: rope_type \"longrope\" requires original_max_position_embeddings "
-            "or max_position_embeddings");
-      if (!(*L0o > 1))
-        detail::fail("rope: longrope original_max_position_embeddings must be > 1, got " +
-                     num(*L0o));
-      if (need_seq_len && !(seq_len > 0))
-        detail::fail(
-            "rope: rope_type \"longrope\" requires seq_len > 0 (it selects "
-            "short_factor or long_factor), got " +
-            num(seq_len));
-      const long double L0 = *L0o;
-      if (sc.factor) ri::require_factor_at_least_one(*sc.factor, type);
-      if (sc.attention_factor) {
-        out.attention_factor = *sc.attention_factor;
-      } else {
-        long double f;
-        if (sc.factor) {
-          f = *sc.factor;
-        } else if (c.max_position_embeddings) {
-          f = static_cast<long double>(*c.max_position_embeddings) / L0;
-        } else {
-          detail::fail(
-              "rope: rope_type \"longrope\" needs rope_scaling.factor, "
-              "max_position_embeddings or rope_scaling.attention_factor");
-        }
-        out.attention_factor = f <= 1.0L ? 1.0L : std::sqrt(1.0L + std::log(f) / std::log(L0));
-      }
-      // Both tables must be valid whatever seq_len selects: HF switches to the other at L0.
-      const std::vector<long double> base = ri::base_inv_freq(D, theta);
-      for (const char* name : {"short_factor", "long_factor"}) {
-        const std::vector<double>& list = name[0] == 's' ? *sc.short_factor : *sc.long_factor;
-        for (std::size_t i = 0; i < base.size(); ++i)
-          require_preset_frequency(base[i] / static_cast<long double>(list[i]), i,
-                                   "rope: rope_type \"longrope\"",
-                                   "theta^(-2i/D) / rope_scaling." + std::string(name) + "[" +
-                                       std::to_string(i) + "] = " + num(list[i]));
-      }
-      const std::vector<double>& ext =
-          static_cast<long double>(seq_len) > L0 ? *sc.long_factor : *sc.short_factor;
-      out.inv_freq = base;
-      for (int i = 0; i < half; ++i)
-        out.inv_freq[std::size_t(i)] /= static_cast<long double>(ext[std::size_t(i)]);
+    case RopeType::LongRope:
+      longrope_frequencies(c, D, theta, seq_len, need_seq_len, out);
       break;
-    }
-
-    case RopeType::Llama3: {
-      const double f = ri::need(sc.factor, type, "factor");
-      const double lo = ri::need(sc.low_freq_factor, type, "low_freq_factor");
-      const double hi = ri::need(sc.high_freq_factor, type, "high_freq_factor");
-      const double L0d =
-          ri::need(sc.original_max_position_embeddings, type, "original_max_position_embeddings");
-      ri::require_factor_at_least_one(f, type);
-      // Equal factors (Llama 4's configs: 1 and 1) leave no smooth band: HF's torch.where
-      // then keeps or divides each frequency; only a wavelength exactly at the threshold would
-      // meet HF's 0 / 0, and peal keeps that one.
-      if (!(lo > 0) || !(hi >= lo))
-        detail::fail("rope: llama3 requires 0 < low_freq_factor <= high_freq_factor, got " +
-                     num(lo) + " and " + num(hi));
-      const long double F = f, L0 = L0d, LO = lo, HI = hi;
-      const long double low_wavelen = L0 / LO, high_wavelen = L0 / HI;
-      out.inv_freq = ri::base_inv_freq(D, theta);
-      for (long double& w : out.inv_freq) {
-        const long double wavelen = 2.0L * ri::pi() / w;
-        if (wavelen < high_wavelen) {
-          // high frequency: kept
-        } else if (wavelen > low_wavelen) {
-          w = w / F;
-        } else if (!(HI > LO)) {
-          // the threshold itself, with no band: kept
-        } else {
-          const long double smooth = (L0 / wavelen - LO) / (HI - LO);
-          w = (1.0L - smooth) * w / F + smooth * w;
-        }
-      }
+    case RopeType::Llama3:
+      llama3_frequencies(c, D, theta, out);
       break;
-    }
   }
-  if (!c.frequency_factors.empty()) {
-    if (c.frequency_factors.size() != out.inv_freq.size())
-      detail::fail("rope: frequency_factors has " + std::to_string(c.frequency_factors.size()) +
-                   " entries, rotary_dim / 2 = " + std::to_string(out.inv_freq.size()) +
-                   " expected");
-    for (std::size_t i = 0; i < out.inv_freq.size(); ++i) {
-      const double f = c.frequency_factors[i];
-      if (!std::isfinite(f) || !(f > 0))
-        detail::fail("rope: frequency_factors[" + std::to_string(i) +
-                     "] must be finite and > 0, got " + num(f));
-      out.inv_freq[i] /= static_cast<long double>(f);
-    }
-  }
+  apply_frequency_factors(c, out);
   // Whatever formula produced them, the frequencies must be usable as stored (double pairs).
   const std::string what = std::string("rope: rope_type \"") + to_string(type) + "\"";
   for (std::size_t i = 0; i < out.inv_freq.size(); ++i)
