@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Fuzz config parsing: builds the libFuzzer targets with clang++ and libFuzzer + ASan + UBSan
-# (-O1 -g) into build-fuzz/ and runs each in turn:
+# (-O1 -g) into build-fuzz/ and runs them side by side (one core each; their logs are printed
+# when both are done, in this order):
 #   tests/fuzz/fuzz_rope_config.cpp  (JSON -> rope_config_from_hf) for ${PEAL_FUZZ_SECONDS:-60} s,
 #   tests/fuzz/fuzz_gguf_config.cpp  (GGUF -> rope_config_from_gguf) for
 #                                     ${PEAL_FUZZ_GGUF_SECONDS:-30} s.
 #
-#   scripts/fuzz.sh                      60 s + 30 s
+#   scripts/fuzz.sh                      60 s and 30 s, at once
 #   PEAL_FUZZ_SECONDS=600 PEAL_FUZZ_GGUF_SECONDS=600 scripts/fuzz.sh
 #
 # The seed corpora tests/fuzz/corpus_rope_config/ and tests/fuzz/corpus_gguf_config/ are
@@ -66,7 +67,7 @@ fuzz() {
   shift 5
   local bin="$out/$name"
   echo "fuzz.sh: building $bin"
-  # (Called in an || list, where set -e is off: every step checks its own status.)
+  # (Run in the background: every step checks its own status, so set -e never ends it early.)
   # -fno-sanitize-recover=all: a UBSan report stops the run (it only prints by default).
   "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -fno-omit-frame-pointer "${includes[@]}" \
@@ -85,17 +86,28 @@ fuzz() {
   return "$rc"
 }
 
+# Both targets run at once, each on its own core and for its own time (the budgets are per
+# target, as before); each one's output goes to $out/NAME.log, printed when both are done.
 status=0
+rope_pid=
 if [[ -f "$nlohmann/nlohmann/json.hpp" ]]; then
   fuzz fuzz_rope_config "$seconds" tests/fuzz/corpus_rope_config "$out/corpus" "" \
-    -dict=tests/fuzz/rope_config.dict || status=$?
+    -dict=tests/fuzz/rope_config.dict > "$out/fuzz_rope_config.log" 2>&1 &
+  rope_pid=$!
 else
   echo "fuzz.sh: nlohmann/json.hpp not found in $nlohmann; skipping fuzz_rope_config" \
     "(set NLOHMANN_INCLUDE_DIR)"
   if [[ "${CI:-}" == true ]]; then status=1; fi  # a failure in CI, after the GGUF run
 fi
-gguf_status=0
 fuzz fuzz_gguf_config "$gguf_seconds" tests/fuzz/corpus_gguf_config "$out/corpus_gguf" gguf- \
-  || gguf_status=$?
+  > "$out/fuzz_gguf_config.log" 2>&1 &
+gguf_pid=$!
+gguf_status=0
+wait "$gguf_pid" || gguf_status=$?
+if [[ -n "$rope_pid" ]]; then
+  wait "$rope_pid" || status=$?
+  cat "$out/fuzz_rope_config.log"
+fi
+cat "$out/fuzz_gguf_config.log"
 [[ $status -ne 0 ]] || status=$gguf_status
 exit "$status"

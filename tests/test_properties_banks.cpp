@@ -1,7 +1,6 @@
 // The property suite for banks: rotations in both layouts, real blocks, Jordan blocks and
-// complex Jordan blocks. Compositions: test_properties_compositions.cpp; the basis change:
-// test_properties_basis_change.cpp (one file held all three and passed the minute and 1.5 GB of
-// compile, docs/build-cost.md §3).
+// complex Jordan blocks. Compositions and the basis change: test_properties_compositions.cpp
+// (one file held both and passed the minute and 1.5 GB of compile, docs/build-cost.md §3).
 #include "property_suite.hpp"
 
 using namespace peal_test;
