@@ -61,7 +61,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 # fuzz NAME SECONDS CORPUS_SRC CORPUS_DIR ARTIFACT_PREFIX [libFuzzer flags...]: builds
-# tests/fuzz/NAME.cpp into $out/NAME and runs it; returns the fuzzer's exit status.
+# tests/fuzz/<NAME>.cpp into $out/<NAME> and runs it; returns the fuzzer's exit status.
 fuzz() {
   local name="$1" secs="$2" seed="$3" corpus="$4" prefix="$5"
   shift 5

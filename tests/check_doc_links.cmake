@@ -2,9 +2,10 @@
 #
 #   cmake -DPEAL_SOURCE_DIR=<repository root> -P tests/check_doc_links.cmake
 #
-# Scanned: README.md, docs/*.md, bench/README.md. Checked:
-#   - every relative markdown link [text](target), resolved against the linking file's
-#     directory (http(s):, mailto: and pure #anchors are skipped; #anchor suffixes dropped);
+# Scanned: README.md, docs/*.md, bench/README.md, and the code's files (headers, sources,
+# tests, benchmarks, examples, scripts, CMake files), whose comments cite paths too. Checked:
+#   - every relative markdown link [text](target) of a document, resolved against the linking
+#     file's directory (http(s):, mailto: and pure #anchors are skipped; #anchor suffixes dropped);
 #   - every backticked repository path, `include/peal/...`, `tests/...`, `bench/...`,
 #     `docs/...`, `scripts/...`, `examples/...`, `cmake/...`, `.ci/...` (the leading path
 #     token of the span: `tests/test_x.cpp:42` checks tests/test_x.cpp; a glob such as
@@ -20,7 +21,18 @@ if(NOT PEAL_SOURCE_DIR)
 endif()
 
 file(GLOB _docs RELATIVE "${PEAL_SOURCE_DIR}" "${PEAL_SOURCE_DIR}/docs/*.md")
-set(_files README.md bench/README.md ${_docs})
+# The code's comments cite repository paths too ("docs/build-cost.md §3", "see
+# tests/conformance_checks.cpp"): the same path checks, without the markdown-link one (C++
+# lambdas contain "](").
+file(GLOB_RECURSE _code RELATIVE "${PEAL_SOURCE_DIR}"
+  "${PEAL_SOURCE_DIR}/include/*.hpp" "${PEAL_SOURCE_DIR}/src/*.cpp"
+  "${PEAL_SOURCE_DIR}/tests/*.cpp" "${PEAL_SOURCE_DIR}/tests/*.hpp"
+  "${PEAL_SOURCE_DIR}/tests/*.cmake" "${PEAL_SOURCE_DIR}/tests/*.txt"
+  "${PEAL_SOURCE_DIR}/bench/*.cpp" "${PEAL_SOURCE_DIR}/examples/*.cpp"
+  "${PEAL_SOURCE_DIR}/scripts/*.sh" "${PEAL_SOURCE_DIR}/cmake/*" "${PEAL_SOURCE_DIR}/.ci/*")
+list(APPEND _code CMakeLists.txt)
+list(REMOVE_ITEM _code tests/check_doc_links.cmake)  # its examples above are not citations
+set(_files README.md bench/README.md ${_docs} ${_code})
 set(_prefix "(include/peal|tests|bench|docs|scripts|examples|cmake|\\.ci)/")
 set(_path_chars "[A-Za-z0-9_.*/+-]")
 string(ASCII 1 _link)  # marker replacing "](" of markdown links
@@ -56,8 +68,11 @@ foreach(_f IN LISTS _files)
   string(REPLACE "[" " " _text "${_text}")
   string(REPLACE "]" " " _text "${_text}")
 
-  # Markdown links: "](target)" became "<marker>target)".
-  string(REGEX MATCHALL "${_link}[^) \t\r\n]+" _links "${_text}")
+  # Markdown links: "](target)" became "<marker>target)" (documents only).
+  set(_links "")
+  if(_f MATCHES "[.]md$")
+    string(REGEX MATCHALL "${_link}[^) \t\r\n]+" _links "${_text}")
+  endif()
   foreach(_l IN LISTS _links)
     string(SUBSTRING "${_l}" 1 -1 _target)
     if(_target MATCHES "^(https?|mailto|ftp):" OR _target MATCHES "^#")

@@ -1,5 +1,5 @@
 // A minimal little-endian GGUF writer for the tests (tests/test_gguf_config.cpp) and the seed
-// corpus generator (tests/fuzz/gen_gguf_corpus.cpp): written from ggml's docs/gguf.md, byte by
+// corpus generator (tests/fuzz/gen_gguf_corpus.cpp): written from ggml/docs/gguf.md, byte by
 // byte, independently of include/peal/gguf_config.hpp. Values are appended raw, so a test can
 // also write malformed files (wrong types, absurd counts) through the low-level calls.
 // SparseBuf serves a file of any size (written bytes, then a fill byte) without the file, and
@@ -19,7 +19,7 @@ namespace peal_test {
 
 using Bytes = std::vector<unsigned char>;
 
-// GGUF value type codes (docs/gguf.md).
+// GGUF value type codes (ggml/docs/gguf.md).
 enum : std::uint32_t {
   kU8 = 0,
   kI8 = 1,

@@ -1,7 +1,7 @@
-// The GGUF model file format: a bounded, incremental reader of its metadata (ggml's
-// docs/gguf.md; as llama.cpp's gguf.cpp reads it). Standard library only (no Eigen); not part
-// of <peal/peal.hpp>, include it (or <peal/gguf_config.hpp>, which maps the metadata to a
-// RopeConfig) explicitly.
+// The GGUF model file format: a bounded, incremental reader of its metadata (the GGUF
+// specification, ggml/docs/gguf.md; as llama.cpp's gguf.cpp reads it). Standard library only
+// (no Eigen); not part of <peal/peal.hpp>, include it (or <peal/gguf_config.hpp>, which maps
+// the metadata to a RopeConfig) explicitly.
 //
 // File layout (little-endian; version 2 or 3, version 1 with its 32-bit counts is refused):
 //   "GGUF" u32 version, u64 tensor_count, u64 metadata_kv_count,
@@ -72,9 +72,9 @@ inline constexpr std::uint64_t gguf_max_key_total = std::uint64_t(1) << 24;
 /// Most tensor infos per file (real models have a few thousand); more are refused. Together
 /// with the caps above this bounds what a file can make the reader hold at a few hundred MB.
 inline constexpr std::uint64_t gguf_max_tensor_count = std::uint64_t(1) << 20;
-/// Longest metadata key (docs/gguf.md: at most 65535 bytes).
+/// Longest metadata key (ggml/docs/gguf.md: at most 65535 bytes).
 inline constexpr std::uint64_t gguf_max_key_bytes = 65535;
-/// Longest tensor name (docs/gguf.md: at most 64 bytes).
+/// Longest tensor name (ggml/docs/gguf.md: at most 64 bytes).
 inline constexpr std::uint64_t gguf_max_tensor_name_bytes = 64;
 /// Most dimensions of a tensor (ggml's GGML_MAX_DIMS).
 inline constexpr std::uint32_t gguf_max_dims = 4;
@@ -84,7 +84,7 @@ inline constexpr std::uint32_t gguf_max_alignment = std::uint32_t(1) << 20;
 /// rope.hpp, written out so that the reader needs no Eigen (gguf_config.hpp checks it).
 inline constexpr std::uint64_t gguf_max_rope_tensor_entries = 32768;
 
-/// GGUF metadata value types (docs/gguf.md gguf_metadata_value_type).
+/// GGUF metadata value types (ggml/docs/gguf.md gguf_metadata_value_type).
 enum class GgufType : std::uint32_t {
   UInt8 = 0,
   Int8 = 1,
@@ -101,7 +101,7 @@ enum class GgufType : std::uint32_t {
   Float64 = 12,
 };
 
-/// The docs/gguf.md spelling without the prefix: "UINT8", ..., "FLOAT64".
+/// The ggml/docs/gguf.md spelling without the prefix: "UINT8", ..., "FLOAT64".
 inline const char* to_string(GgufType t) {
   switch (t) {
     case GgufType::UInt8:

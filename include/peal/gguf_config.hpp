@@ -371,7 +371,7 @@ struct Provenance {
 // length and the ALiBi bias; sets m.arch.
 inline void map_architecture(Mapper& m, GgufConfig& out) {
   const std::optional<std::string> arch = m.string("general.architecture");
-  if (!arch) m.bad("general.architecture", "is missing (required by docs/gguf.md)");
+  if (!arch) m.bad("general.architecture", "is missing (required by ggml/docs/gguf.md)");
   out.architecture = *arch;
   m.arch = *arch;
   const std::optional<GgufRopeType> rt = gguf_rope_type(*arch);
