@@ -14,6 +14,7 @@
 
 #include <peal/attention.hpp>
 #include <peal/bank.hpp>
+#include <peal/compiled.hpp>  // PEAL_COMPILED_LINEAR (declares nothing without PEAL_COMPILED)
 #include <peal/linear_attention.hpp>
 #include <peal/rope.hpp>
 #include <peal/rotation_block.hpp>
@@ -23,25 +24,19 @@
 
 // ---- One declaration (EXT = extern) or definition (EXT empty) per kernel -----------------------
 // Inputs read-only (the public calls pass detail::ro views), all of storage T; output To.
-#define PEAL_TEST_SCORES(EXT, C, E, T, To)                                                       \
-  EXT template void peal::detail::scores_kernels::run_scores<C, E, const T, const T, To>(       \
-      const E&, const peal::TensorView<const T>&, const peal::Positions&,                        \
-      const peal::TensorView<const T>&, const peal::Positions&, const peal::TensorView<To>&,     \
+// Linear attention: include/peal/compiled.hpp's PEAL_COMPILED_LINEAR, the same declaration.
+#define PEAL_TEST_SCORES(EXT, C, E, T, To)                                                   \
+  EXT template void peal::detail::scores_kernels::run_scores<C, E, const T, const T, To>(    \
+      const E&, const peal::TensorView<const T>&, const peal::Positions&,                    \
+      const peal::TensorView<const T>&, const peal::Positions&, const peal::TensorView<To>&, \
       const peal::ScoreOptions&);
 #define PEAL_TEST_ATTENTION(EXT, C, E, Tq, Tk, Tv, To)                                           \
-  EXT template void                                                                             \
-  peal::detail::scores_kernels::run_attention<C, E, const Tq, const Tk, const Tv, To>(          \
+  EXT template void                                                                              \
+  peal::detail::scores_kernels::run_attention<C, E, const Tq, const Tk, const Tv, To>(           \
       const E&, const peal::TensorView<const Tq>&, const peal::Positions&,                       \
       const peal::TensorView<const Tk>&, const peal::Positions&,                                 \
       const peal::TensorView<const Tv>&, const peal::TensorView<To>&, const peal::ScoreOptions&, \
       const peal::detail::scores_kernels::SoftmaxOptions&, double*);
-#define PEAL_TEST_LINEAR(EXT, C, E, T)                                                           \
-  EXT template void peal::detail::linear::run_linear<C, E, const T, const T, const T, T>(        \
-      const E&, const peal::TensorView<const T>&, const peal::Positions&,                        \
-      const peal::TensorView<const T>&, const peal::Positions&,                                  \
-      const peal::TensorView<const T>&, const peal::TensorView<T>&,                               \
-      const peal::LinearAttentionOptions&, peal::detail::linear::StateData<C>&, bool);
-
 namespace peal_test {
 namespace catalogue {
 using RotBank = peal::Bank<peal::RotationBlock<double>>;
@@ -56,23 +51,23 @@ using Mixed = decltype(MixedFam::build<double>(std::declval<Draw&>()));
 }  // namespace peal_test
 
 // tests/kernels/catalogue_scores.cpp
-#define PEAL_TEST_CATALOGUE_SCORES(EXT)                                      \
-  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RotBank, float, float)   \
-  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RotBank, float, double)  \
-  PEAL_TEST_SCORES(EXT, double, peal_test::catalogue::RotBank, double, float) \
-  PEAL_TEST_SCORES(EXT, double, peal_test::catalogue::RotBank, double, double) \
+#define PEAL_TEST_CATALOGUE_SCORES(EXT)                                         \
+  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RotBank, float, float)     \
+  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RotBank, float, double)    \
+  PEAL_TEST_SCORES(EXT, double, peal_test::catalogue::RotBank, double, float)   \
+  PEAL_TEST_SCORES(EXT, double, peal_test::catalogue::RotBank, double, double)  \
   PEAL_TEST_SCORES(EXT, double, peal_test::catalogue::RealBank, double, double) \
-  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RotBankF, float, float)  \
-  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RotJordan3, float, float) \
-  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::Rope, float, float)      \
-  PEAL_TEST_SCORES(EXT, double, peal_test::catalogue::Rope, double, double)   \
+  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RotBankF, float, float)    \
+  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RotJordan3, float, float)  \
+  PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::Rope, float, float)        \
+  PEAL_TEST_SCORES(EXT, double, peal_test::catalogue::Rope, double, double)     \
   PEAL_TEST_SCORES(EXT, float, peal_test::catalogue::RopeF, float, float)
 
 // tests/kernels/catalogue_attention.cpp
-#define PEAL_TEST_CATALOGUE_ATTENTION(EXT)                                                      \
+#define PEAL_TEST_CATALOGUE_ATTENTION(EXT)                                                       \
   PEAL_TEST_ATTENTION(EXT, float, peal_test::catalogue::Id, float, float, float, float)          \
   PEAL_TEST_ATTENTION(EXT, float, peal_test::catalogue::Id, float, Eigen::bfloat16, Eigen::half, \
-                      double)                                                                   \
+                      double)                                                                    \
   PEAL_TEST_ATTENTION(EXT, double, peal_test::catalogue::Id, double, double, double, double)     \
   PEAL_TEST_ATTENTION(EXT, double, peal_test::catalogue::Id, double, double, double, float)      \
   PEAL_TEST_ATTENTION(EXT, float, peal_test::catalogue::RotBank, float, float, float, float)     \
@@ -81,11 +76,11 @@ using Mixed = decltype(MixedFam::build<double>(std::declval<Draw&>()));
   PEAL_TEST_ATTENTION(EXT, float, peal::RealBlock<double>, float, float, float, float)
 
 // tests/kernels/catalogue_linear.cpp
-#define PEAL_TEST_CATALOGUE_LINEAR(EXT)                                   \
-  PEAL_TEST_LINEAR(EXT, float, peal_test::catalogue::RotBank, float)       \
-  PEAL_TEST_LINEAR(EXT, double, peal_test::catalogue::RotBank, double)     \
-  PEAL_TEST_LINEAR(EXT, float, peal_test::catalogue::Rope, float)          \
-  PEAL_TEST_LINEAR(EXT, float, peal_test::catalogue::Mixed, float)
+#define PEAL_TEST_CATALOGUE_LINEAR(EXT)                                    \
+  PEAL_COMPILED_LINEAR(EXT, float, peal_test::catalogue::RotBank, float)   \
+  PEAL_COMPILED_LINEAR(EXT, double, peal_test::catalogue::RotBank, double) \
+  PEAL_COMPILED_LINEAR(EXT, float, peal_test::catalogue::Rope, float)      \
+  PEAL_COMPILED_LINEAR(EXT, float, peal_test::catalogue::Mixed, float)
 
 PEAL_TEST_CATALOGUE_SCORES(extern)
 PEAL_TEST_CATALOGUE_ATTENTION(extern)
