@@ -135,7 +135,7 @@ int check_rows(const EL& el, const Sizes& sz, const Problem& p, const AttentionO
   const LD w = half_spread(p.tq, TQ) + half_spread(p.tk, TK);
   const LD n_tile = LD(std::min(TK, p.nk));
   // Key tiles: TK tokens each for a pure rotation (nothing cuts them), else as planned (the
-  // caller passes TileRun::key_tiles()) or at most one per key.
+  // caller passes the number of key tiles of TileRun::plan()) or at most one per key.
   const LD n_tiles = key_tiles > 0       ? LD(key_tiles)
                      : sz.rate() == 0 ? LD((p.nk + TK - 1) / TK)
                                       : LD(p.nk);
@@ -272,7 +272,7 @@ LD max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-/// The tile driver's key splits for this problem (TileRun::key_splits()), or its number of key
+/// The tile driver's key splits for this problem (TileRun::plan().splits), or its number of key
 /// tiles (tiles = true).
 template <class E>
 Index key_splits(const E& enc, const Problem& p, const AttentionOptions& opt, int threads,
@@ -286,7 +286,7 @@ Index key_splits(const E& enc, const Problem& p, const AttentionOptions& opt, in
   so.threads = threads, so.query_tile = opt.query_tile, so.key_tile = opt.key_tile;
   const Positions tq(p.tq), tk(p.tk);
   sk::TileRun<float, E, const float, const float, Sink> r(enc, p.Q(), tq, p.K(), tk, sink, so);
-  return tiles ? r.key_tiles() : r.key_splits();
+  return tiles ? r.plan().key.size() : r.plan().splits;
 }
 
 }  // namespace

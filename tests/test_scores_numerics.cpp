@@ -602,7 +602,7 @@ TEST_CASE("scores: a steep decay does not cut the tiles down", "[scores][decay]"
     TensorView<float> ov(out.data(), 1, n, n);
     sk::ScoresRun<float, RotBank, const float, const float, float> run(
         enc, qv, Positions::sequence(0.0), kv, Positions::sequence(0.0), ov, opt);
-    return std::make_tuple(run.query_tiles(), run.key_tiles(), run.decay_per_pair());
+    return std::make_tuple(run.plan().query.size(), run.plan().key.size(), run.plan().pair_decay);
   };
   const auto [q0, k0, p0] = plan(1.0);
   const auto [q1, k1, p1] = plan(1e-300);

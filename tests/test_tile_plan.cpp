@@ -1,7 +1,8 @@
 // The tile plan of the fused kernels (include/peal/detail/tile_plan.hpp): plan_tiles cuts a
 // sequence of positions into consecutive tiles of at most max_rows tokens whose positions
 // stay within h of the tile's anchor, and marks the tiles whose offsets from their anchor
-// equal the reference tile's ("regular": one coefficient table serves them all).
+// equal the reference tile's ("regular": one coefficient table serves them all); plan_run
+// cuts a whole run (tiles of both sides, blocks, key splits, threads) from its shape.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -15,6 +16,10 @@ using peal::Index;
 using peal::detail::scores_kernels::max_half_spread;
 using peal::detail::scores_kernels::plan_tiles;
 using peal::detail::scores_kernels::TilePlan;
+using peal::detail::scores_kernels::plan_run;
+using peal::detail::scores_kernels::rebase_limits;
+using peal::detail::scores_kernels::RunPlan;
+using peal::detail::scores_kernels::RunShape;
 
 // Every invariant the kernels rely on, checked from the definition.
 void check_plan(const std::vector<double>& t, Index max_rows, double h, const TilePlan& p) {
@@ -97,4 +102,114 @@ TEST_CASE("tile plan: max_half_spread from rate and degree", "[tile_plan]") {
   // (1 + 4h)^p = P: p = 2, P = 4096 gives 1 + 4h = 64.
   CHECK(max_half_spread(0, 2, 11.0, 4096.0) == Approx(63.0 / 4.0));
   CHECK(max_half_spread(100.0, 2, 11.0, 4096.0) == 0.11);  // the tighter of the two
+}
+
+// ---- plan_run ----------------------------------------------------------------------------
+
+namespace {
+
+// Positions 0..n-1 and the shape of a float run of a pure rotation (rate 0, degree 0).
+struct Shape {
+  std::vector<double> t, s;
+  RunShape x;
+  Shape(Index nq, Index nk, Index d, Index Hq, Index Hk) : t(std::size_t(nq)), s(std::size_t(nk)) {
+    for (Index i = 0; i < nq; ++i) t[std::size_t(i)] = double(i);
+    for (Index j = 0; j < nk; ++j) s[std::size_t(j)] = double(j);
+    x.t = t.data(), x.s = s.data(), x.nq = nq, x.nk = nk, x.d = d, x.Hq = Hq, x.Hk = Hk;
+    x.arith_bytes = 4;
+    x.exp_budget = rebase_limits<float>::exp_budget, x.poly_budget = rebase_limits<float>::poly_budget;
+  }
+};
+
+// What every plan keeps: units cover every (block, head unit, split), threads within them.
+void check_run_plan(const RunShape& x, const RunPlan& p) {
+  const Index head_units = p.across ? 1 : x.Hk;
+  CHECK(p.blocks == (p.query.size() + p.tiles_per_block - 1) / p.tiles_per_block);
+  CHECK(p.units == p.blocks * head_units * p.splits);
+  CHECK(p.splits * p.key_tiles_per_split >= p.key.size());
+  CHECK((p.splits - 1) * p.key_tiles_per_split < std::max<Index>(p.key.size(), 1));
+  CHECK(p.threads >= 1);
+  CHECK(p.threads <= std::max<Index>(1, p.units));
+  CHECK(p.threads <= std::max(1, x.threads));
+}
+
+}  // namespace
+
+TEST_CASE("run plan: a steep decay goes per pair and keeps the tiles", "[tile_plan]") {
+  // n = 1024, d = 128, float: tiles of 256 queries (128 KiB / 512 B) and 512 keys.
+  Shape sh(1024, 1024, 128, 1, 1);
+  const RunPlan none = plan_run(sh.x);
+  CHECK(none.query.size() == 4);
+  CHECK(none.key.size() == 2);
+  CHECK(!none.pair_decay);
+  sh.x.has_decay = true;
+  sh.x.decay_rate = std::abs(std::log(1e-300));  // h = 0.016: one-token tiles if rebased
+  const RunPlan steep = plan_run(sh.x);
+  CHECK(steep.pair_decay);
+  CHECK(steep.query.size() == none.query.size());
+  CHECK(steep.key.size() == none.key.size());
+  sh.x.decay_rate = std::abs(std::log(0.99));  // h = 1104: rebased, at most twice the tiles
+  const RunPlan mild = plan_run(sh.x);
+  CHECK(!mild.pair_decay);
+  CHECK(mild.query.size() + mild.key.size() <= 2 * (none.query.size() + none.key.size()));
+  for (const RunPlan* p : {&none, &steep, &mild}) check_run_plan(sh.x, *p);
+}
+
+TEST_CASE("run plan: decoding holds every key head and splits the keys", "[tile_plan]") {
+  // One query, 32 query heads over 8 key heads, 32,768 keys, d = 128, packed heads: a unit
+  // takes all 8 key heads (key tiles of 256 KiB / (512 B x 8) = 64 keys), and the 512 key
+  // tiles go to kSplitUnits = 8 ranges so that threads have work.
+  Shape sh(1, 32768, 128, 32, 8);
+  sh.x.splits_keys = true;
+  sh.x.packed_keys = true;
+  sh.x.threads = 2;
+  const RunPlan p = plan_run(sh.x);
+  CHECK(p.across);
+  CHECK(p.stage);
+  CHECK(p.head_slots(8) == 8);
+  CHECK(p.key.size() == 512);
+  CHECK(p.splits == 8);
+  CHECK(p.key_tiles_per_split == 64);
+  CHECK(p.units == 8);
+  CHECK(p.threads == 2);
+  check_run_plan(sh.x, p);
+  // The split count depends on the problem, never on the threads (nor do the results).
+  for (int threads : {1, 3, 64}) {
+    sh.x.threads = threads;
+    const RunPlan q = plan_run(sh.x);
+    CHECK(q.splits == p.splits);
+    CHECK(q.key.begin == p.key.begin);
+    check_run_plan(sh.x, q);
+  }
+  // A sink that cannot merge key ranges (scores) neither splits nor holds every head.
+  sh.x.splits_keys = false;
+  const RunPlan s = plan_run(sh.x);
+  CHECK(!s.across);
+  CHECK(s.splits == 1);
+  check_run_plan(sh.x, s);
+  // Heads not packed: every head at once, without the staged copy.
+  sh.x.splits_keys = true;
+  sh.x.packed_keys = false;
+  CHECK(!plan_run(sh.x).stage);
+}
+
+TEST_CASE("run plan: threads only for work worth them, counts bounded", "[tile_plan]") {
+  Shape small(16, 16, 16, 1, 1);  // 8,192 flops: one thread whatever is asked
+  small.x.threads = 8;
+  CHECK(plan_run(small.x).threads == 1);
+  Shape big(4096, 4096, 128, 8, 8);
+  big.x.threads = std::numeric_limits<int>::max();  // counts as kMaxThreads, no overflow
+  const RunPlan p = plan_run(big.x);
+  CHECK(p.threads <= peal::detail::scores_kernels::kMaxThreads);
+  CHECK(p.threads > 1);
+  check_run_plan(big.x, p);
+  big.x.threads = 2;  // several blocks per head so that two threads share the units
+  const RunPlan two = plan_run(big.x);
+  CHECK(two.threads == 2);
+  CHECK(two.units >= 2);
+  check_run_plan(big.x, two);
+  Shape empty(0, 0, 64, 1, 1);
+  const RunPlan e = plan_run(empty.x);
+  CHECK(e.units == 0);
+  CHECK(e.query.size() == 0);
 }

@@ -25,7 +25,7 @@
 // of the GEMM (the weight 0 of a masked key times inf or NaN would be NaN) and added back to
 // the rows that see them (nonfinite_values).
 //
-// Decoding (key splits, TileRun::key_splits()): each range of key tiles leaves its own
+// Decoding (key splits, RunPlan::splits in detail/tile_plan.hpp): each range of key tiles leaves its own
 // (m, l, O) for the rows of its unit; finish() merges them with the log-sum-exp rule
 //     m* = max_s m_s,  l* = Σ_s e^{m_s − m*} l_s,  O* = Σ_s e^{m_s − m*} O_s,
 // in a fixed order, so results do not depend on the number of threads.

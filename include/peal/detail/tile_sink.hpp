@@ -1,18 +1,50 @@
-// What the sinks of the tile driver (detail/tile_run.hpp) that take its tiles in place
-// share: attention's online softmax (detail/attention_sink.hpp) and linear attention's S V
-// (detail/linear_sink.hpp) both work on the driver's tile buffer, never let the GEMM write
-// elsewhere, and multiply each tile into V rows in the arithmetic type.
+// The sink protocol of the tile driver (detail/tile_run.hpp), checked by TileRun with
+// is_tile_sink, and what the sinks that take the driver's tiles in place share: attention's
+// online softmax (detail/attention_sink.hpp) and linear attention's S V (detail/linear_sink.hpp)
+// both work on the driver's tile buffer, never let the GEMM write elsewhere, and multiply
+// each tile into V rows in the arithmetic type. scores' sink: detail/scores_sink.hpp.
+//
+// A Sink has
+//   value_type                    what the epilogue writes (the tile's element type);
+//   in_place, splits_keys, applies_masks   (constexpr bool) the sink works on the driver's tile
+//                                 buffer; it merges partial results over key ranges; it masks
+//                                 partial tiles itself (the epilogue does not);
+//   Work                          its per-thread memory, carved by work.carve(arena, run);
+//   window()                      pairs with t_i − s_j ≥ window are masked (∞: none);
+//   direct_row_major<C>(nk), direct_col_major<C>(), direct<C>(h, i0, j0, rm, ldr)
+//                                 a tile the GEMM writes straight into the sink's memory;
+//   row(work, tile, h, i0, i, j0, n, st)   where the epilogue writes a row;
+//   masked(run, work, h, I, J)    a tile with every pair masked;
+//   key_block(run, work, J)       once per key tile before its heads, when a unit holds every
+//                                 key head (run.head_slots() > 1);
+//   key_tile(run, work, kh, J), tile_done(run, work, tile, h, I, J) (one head's finished
+//   tile), group_done(run, work, tile, kh, I, J) (every head of the group),
+//   unit_begin/unit_end(run, work, kh, I0, I1, split), finish(run).
+// The members that take the run are templates over it; is_tile_sink checks the others.
 #pragma once
 
 #include <Eigen/Core>
 #include <type_traits>
 
 #include "../view.hpp"
+#include "arena.hpp"
 #include "storage.hpp"
 
 namespace peal {
 namespace detail {
 namespace scores_kernels {
+
+/// The members of the sink protocol that do not depend on the run (above), as a trait.
+template <class S, class = void>
+struct is_tile_sink : std::false_type {};
+template <class S>
+struct is_tile_sink<
+    S, std::void_t<typename S::value_type, typename S::Work, decltype(S::in_place),
+                   decltype(S::splits_keys), decltype(S::applies_masks),
+                   decltype(double(std::declval<const S&>().window()))>>
+    : std::bool_constant<std::is_same<std::remove_cv_t<decltype(S::in_place)>, bool>::value &&
+                         std::is_same<std::remove_cv_t<decltype(S::splits_keys)>, bool>::value &&
+                         std::is_same<std::remove_cv_t<decltype(S::applies_masks)>, bool>::value> {};
 
 /// The members of the sink protocol that an in-place sink answers the same way; a sink
 /// derives from it and adds the rest (Work, window, unit_begin, key_tile, tile_done, ...).
