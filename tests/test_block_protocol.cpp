@@ -391,3 +391,43 @@ TEST_CASE("block protocol: attention of a user block matches softmax of the refe
     }
   CHECK(bad == 0);
 }
+
+namespace {
+
+// What block_traits_base<B> gives a block: its Dim, and a signature that is its params()
+// (so two blocks whose A(δ) differ have different signatures, and tables are not shared).
+template <class B>
+void check_base_traits(const B& b, const B& other) {
+  using T = peal::block_traits<B>;
+  STATIC_REQUIRE(T::dim == B::Dim);
+  std::vector<double> sig, sig_other;
+  T::signature(b, sig);
+  T::signature(other, sig_other);
+  const auto p = b.params();
+  REQUIRE(sig.size() == p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) CHECK(sig[i] == double(p[i]));
+  CHECK(sig != sig_other);
+}
+
+}  // namespace
+
+TEST_CASE("block protocol: the blocks' traits from block_traits_base", "[protocol]") {
+  const double up = std::nextafter(0.5, 1.0);  // one ulp apart
+  check_base_traits(peal::RealBlock<double>(-0.5), peal::RealBlock<double>(-up));
+  check_base_traits(peal::RotationBlock<double>(0.5, -0.01), peal::RotationBlock<double>(up, -0.01));
+  check_base_traits(peal::RotationBlock<float>(0.5, -0.01), peal::RotationBlock<float>(0.5, -0.02));
+  check_base_traits(peal::JordanBlock<3, double>(-0.5), peal::JordanBlock<3, double>(-up));
+  check_base_traits(peal::RotationJordanBlock<2, double>(0.5, 0.0),
+                    peal::RotationJordanBlock<2, double>(0.5, -1e-300));
+  // What the Jordan blocks state themselves: their degree and, for real chains, per pair.
+  using peal::detail::block_degree_of;
+  CHECK(block_degree_of(peal::RealBlock<double>(0.1)) == 0);
+  CHECK(block_degree_of(peal::RotationBlock<double>(0.1, 0.0)) == 0);
+  CHECK(block_degree_of(peal::JordanBlock<3, double>(0.1)) == 2);
+  CHECK(block_degree_of(peal::JordanBlock<1, double>(0.1)) == 0);
+  CHECK(block_degree_of(peal::RotationJordanBlock<2, double>(0.1, 0.0)) == 1);
+  STATIC_REQUIRE(peal::block_traits<peal::JordanBlock<3, double>>::per_pair_polynomial);
+  STATIC_REQUIRE_FALSE(peal::block_traits<peal::JordanBlock<1, double>>::per_pair_polynomial);
+  STATIC_REQUIRE_FALSE(peal::block_traits<peal::RotationJordanBlock<2, double>>::per_pair_polynomial);
+  STATIC_REQUIRE_FALSE(peal::block_traits<peal::RotationBlock<float>>::per_pair_polynomial);
+}

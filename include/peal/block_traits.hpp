@@ -32,8 +32,12 @@
 //       of through the tiled product, whose polynomial terms cancel. Such traits also give
 //         static double lambda(const B& b);   the eigenvalue λ.
 //
-// The test tests/test_block_protocol.cpp defines a block of its own with these traits and
-// checks the fast path against a per-pair reference: the template to copy.
+// A specialisation may derive from block_traits_base<B> (below) for what most blocks state
+// the same way: dim = B::Dim, degree 0, no per-pair polynomial, and the signature from
+// B::params(); it then writes rate and factors (and overrides what differs: the Jordan
+// blocks state their degree). The test tests/test_block_protocol.cpp defines a block of its
+// own with every member written out and checks the fast path against a per-pair reference:
+// the template to copy.
 #pragma once
 
 #include <type_traits>
@@ -45,6 +49,18 @@ namespace peal {
 /// specialisation has no traits and takes the dense fallback.
 template <class B>
 struct block_traits;
+
+/// Defaults a specialisation may derive from. signature: every entry of b.params(), the
+/// parameters a block is rebuilt from (B::from_params), so A(δ) depends on nothing else.
+template <class B>
+struct block_traits_base {
+  static constexpr int dim = B::Dim;
+  static constexpr int degree = 0;
+  static constexpr bool per_pair_polynomial = false;
+  static void signature(const B& b, std::vector<double>& sig) {
+    for (auto p : b.params()) sig.push_back(double(p));
+  }
+};
 
 namespace detail {
 

@@ -105,8 +105,7 @@ class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
 // Batch-kernel facts (block_traits.hpp): A(δ) = e^{λδ} P, P_{i,j} = δ^{j−i}/(j−i)! for
 // j >= i, a real Jordan chain; M >= 2 is evaluated per pair in compositions.
 template <int M, class S>
-struct block_traits<JordanBlock<M, S>> {
-  static constexpr int dim = M;
+struct block_traits<JordanBlock<M, S>> : block_traits_base<JordanBlock<M, S>> {
   static constexpr int degree = M - 1;
   static constexpr bool per_pair_polynomial = M >= 2;
   static double rate(const JordanBlock<M, S>& b) { return std::abs(double(b.lambda())); }
@@ -117,9 +116,6 @@ struct block_traits<JordanBlock<M, S>> {
     detail::taylor_row(d, M, p);
     for (int i = 0; i < M; ++i)
       for (int j = 0; j < M; ++j) P[i * M + j] = j >= i ? p[j - i] : 0.0;
-  }
-  static void signature(const JordanBlock<M, S>& b, std::vector<double>& sig) {
-    sig.push_back(double(b.lambda()));
   }
 };
 

@@ -50,17 +50,11 @@ class RealBlock : public Encoding<RealBlock<S>, S> {
 
 // Batch-kernel facts (block_traits.hpp): A(δ) = e^{λδ} · [1].
 template <class S>
-struct block_traits<RealBlock<S>> {
-  static constexpr int dim = 1;
-  static constexpr int degree = 0;
-  static constexpr bool per_pair_polynomial = false;
+struct block_traits<RealBlock<S>> : block_traits_base<RealBlock<S>> {
   static double rate(const RealBlock<S>& b) { return std::abs(double(b.lambda())); }
   static void factors(const RealBlock<S>& b, double d, double& g, double* P) {
     g = std::exp(double(b.lambda()) * d);
     P[0] = 1;
-  }
-  static void signature(const RealBlock<S>& b, std::vector<double>& sig) {
-    sig.push_back(double(b.lambda()));
   }
 };
 

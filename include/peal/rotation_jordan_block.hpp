@@ -10,8 +10,11 @@
 #include <cmath>
 #include <vector>
 
+#include "block_traits.hpp"
 #include "detail/exp_poly.hpp"
-#include "rotation_block.hpp"
+#include "detail/frequency.hpp"
+#include "detail/sincos.hpp"
+#include "encoding.hpp"
 
 namespace peal {
 
@@ -28,24 +31,22 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
 
   explicit RotationJordanBlock(long double omega, Real a = 0) : a_(a) {
     detail::require_finite(a, "RotationJordanBlock", "a");
-    detail::split_frequency_checked(omega, omega_hi_, omega_lo_, "RotationJordanBlock");
+    omega_ = detail::Frequency<Real>::of(omega, "RotationJordanBlock");
   }
   /// From params() of a block: (omega_hi, omega_lo) must be finite and normalised.
   static RotationJordanBlock from_params(const Params& p) {
     RotationJordanBlock b(0.0L, p[2]);
-    detail::require_normalised_frequency(p[0], p[1], "RotationJordanBlock");
-    b.omega_hi_ = p[0];
-    b.omega_lo_ = p[1];
+    b.omega_ = detail::Frequency<Real>::from_pair(p[0], p[1], "RotationJordanBlock");
     return b;
   }
-  Params params() const { return {omega_hi_, omega_lo_, a_}; }
+  Params params() const { return {omega_.hi, omega_.lo, a_}; }
 
-  long double omega() const { return static_cast<long double>(omega_hi_) + omega_lo_; }
+  long double omega() const { return omega_.value(); }
   Real a() const { return a_; }
   static constexpr int dim() { return Dim; }
 
   MatrixType generator() const {
-    const S w = S(omega_hi_ + omega_lo_), a = S(a_);
+    const S w = S(omega_.rounded()), a = S(a_);
     MatrixType x = MatrixType::Zero();
     for (int i = 0; i < M; ++i) {
       x(2 * i, 2 * i) = a;
@@ -86,7 +87,7 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
   MatrixType matrix(Real tau, bool& usual) const {
     Real c[M], s, co;
     detail::exp_poly_coefficients(a_, tau, M, c);
-    detail::sincos_of_angle(omega_hi_, omega_lo_, tau, s, co);
+    omega_.sincos(tau, s, co);
     usual = true;
     for (int j = 0; j < M; ++j)
       usual = usual && (std::isnormal(c[j]) || (c[j] == 0 && tau == 0 && j > 0));
@@ -116,7 +117,7 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
                                       bool transpose) const {
     Real s, co, f[M], m[M];
     long e[M], me[M];
-    detail::sincos_of_angle(omega_hi_, omega_lo_, tau, s, co);
+    omega_.sincos(tau, s, co);
     detail::exp_poly_scaled(a_, tau, M, f, e);
     const Real sg = transpose ? -s : s;  // B^T = [[cos, -sin], [sin, cos]]
     Eigen::Matrix<S, Dim, 1> y;
@@ -136,16 +137,15 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
   }
 
  private:
-  Real omega_hi_ = 0, omega_lo_ = 0, a_ = 0;
+  detail::Frequency<Real> omega_;  // omega_hi + omega_lo (detail/frequency.hpp)
+  Real a_ = 0;
 };
 
 // Batch-kernel facts (block_traits.hpp): A(δ) = e^{aδ} P, 2x2 block (i, j) of P =
 // δ^{j−i}/(j−i)! [[c, s], [−s, c]] for j >= i, (c, s) of ωδ with the exact angle reduction.
 template <int M, class S>
-struct block_traits<RotationJordanBlock<M, S>> {
-  static constexpr int dim = 2 * M;
+struct block_traits<RotationJordanBlock<M, S>> : block_traits_base<RotationJordanBlock<M, S>> {
   static constexpr int degree = M - 1;
-  static constexpr bool per_pair_polynomial = false;
   static double rate(const RotationJordanBlock<M, S>& b) { return std::abs(double(b.a())); }
   static void factors(const RotationJordanBlock<M, S>& b, double d, double& g, double* P) {
     const auto pr = b.params();
@@ -165,9 +165,6 @@ struct block_traits<RotationJordanBlock<M, S>> {
         P[(2 * i + 1) * D + 2 * j] = -f * s;
         P[(2 * i + 1) * D + 2 * j + 1] = f * c;
       }
-  }
-  static void signature(const RotationJordanBlock<M, S>& b, std::vector<double>& sig) {
-    for (auto p : b.params()) sig.push_back(double(p));
   }
 };
 

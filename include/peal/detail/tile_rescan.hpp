@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "../view.hpp"
+#include "scalar.hpp"
 #include "storage.hpp"
 #include "tile_epilogue.hpp"
 #include "tile_plan.hpp"
