@@ -4,7 +4,9 @@
 // Tolerances: Tol<float>::attention_* (tests/tolerances.hpp, derived there). Also: decode rows
 // against prefill rows, key splits against no split, keys_encoded against raw keys (RoPE, after
 // shift_keys too), long decaying caches at ~1.7e9, rows with no visible key, +inf logits, empty
-// extents, the thread count, and every bad input with its message.
+// extents, the thread count, and every bad input with its message. merge_attention
+// (include/peal/merge_attention.hpp): slices of a cache merged against the reference over the
+// whole cache, the rule against long double, in place, NaN, empty rows, bad input.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -1021,4 +1023,242 @@ TEST_CASE("attention: NaN through N-D attention and PerHead", "[attention][nan][
       }
     CHECK(wrong == 0);
   }
+}
+
+// ---- merge_attention (include/peal/merge_attention.hpp) ------------------------------------
+
+namespace {
+
+/// Keys [j0, j1) of p (their positions, keys and values) as a problem of their own.
+Problem key_slice(const Problem& p, Index j0, Index j1) {
+  Problem s{p.nq, j1 - j0, p.Hq, p.Hk, p.d, p.dv, p.tq, {}, p.q, {}, {}};
+  s.tk.assign(p.tk.begin() + j0, p.tk.begin() + j1);
+  s.k.assign(p.k.begin() + j0 * p.Hk * p.d, p.k.begin() + j1 * p.Hk * p.d);
+  s.v.assign(p.v.begin() + j0 * p.Hk * p.dv, p.v.begin() + j1 * p.Hk * p.dv);
+  return s;
+}
+
+/// The partial results of the slices [cuts[s], cuts[s + 1]) of p (attention without sinks),
+/// merged (with opt's sinks) by merge_attention.
+template <class E>
+Run merged(const E& enc, const Problem& p, const std::vector<Index>& cuts, AttentionOptions opt,
+           std::vector<Run>* partials = nullptr) {
+  const std::vector<double> sinks = opt.sinks;
+  opt.sinks.clear();
+  std::vector<Run> parts;
+  for (std::size_t s = 0; s + 1 < cuts.size(); ++s)
+    parts.push_back(run(enc, key_slice(p, cuts[s], cuts[s + 1]), opt));
+  std::vector<peal::AttentionPartial<float>> views;
+  for (const Run& r : parts)
+    views.push_back({TensorView<const float>(r.out.data(), p.nq, p.Hq, p.dv), r.lse.data()});
+  Run m;
+  m.out.assign(std::size_t(p.nq * p.Hq * p.dv), std::nanf(""));
+  m.lse.assign(std::size_t(p.nq * p.Hq), std::nan(""));
+  peal::merge_attention(views, TensorView<float>(m.out.data(), p.nq, p.Hq, p.dv), m.lse.data(),
+                        sinks);
+  if (partials) *partials = parts;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("merge_attention: slices of the cache merge into attention over all of it",
+          "[attention][merge]") {
+  // The long double reference over the whole cache (check_rows) and its bound. Why it holds
+  // with each slice counted as its key tiles plus one: part p returns out_p = O_p / l_p and
+  // lse_p = m_p + ln l_p from the same l_p, so in w_p out_p = e^(lse_p − M) O_p / l_p the
+  // rounding of l_p cancels to first order and O_p's errors are those of its tiles; l_p's
+  // relative error stays in L = Σ w_p, as the l of one call does; what is new per part is the
+  // rounding of out_p to float and the double exp/log of its weight: one more "tile" each.
+  const auto enc = peal::rope<double>(rope_config(32, peal::Layout::HalfSplit));
+  const auto el = peal::rope<long double>(rope_config(32, peal::Layout::HalfSplit));
+  const Index nk = 60;
+  const std::vector<Index> cuts = {0, 17, 40, 60};
+  for (Index nq : {Index(1), Index(6)}) {
+    const auto tk = irregular(nk, 1e3, 5);
+    std::vector<double> tq;
+    for (Index i = 0; i < nq; ++i) tq.push_back(tk[std::size_t(nk - 1 - 9 * i)] + 0.25);
+    const Problem p = make_problem(nq, nk, 4, 2, 32, 16, tq, tk, 21);
+    for (int variant = 0; variant < 5; ++variant) {
+      AttentionOptions o;
+      o.key_tile = 8;
+      if (variant >= 1) o.causal = true;
+      if (variant == 2) o.window = tk[40] - tk[25];  // some rows see no key of a slice
+      if (variant == 3) o.alibi_slopes = {0.5, 0.25, 0.125, 0.0625}, o.softcap = 5;
+      if (variant == 4) o.sinks = {0.5, -1, 2, 0};
+      INFO("nq " << nq << ", variant " << variant);
+      const Run m = merged(enc, p, cuts, o);
+      Index tiles = 0;
+      for (std::size_t s = 0; s + 1 < cuts.size(); ++s)
+        tiles += (cuts[s + 1] - cuts[s] + 7) / 8 + 1;
+      std::string first;
+      CHECK(check_rows(el, Sizes{}, p, o, m, {}, first, true, nullptr, false, tiles) == 0);
+      INFO(first);
+      // One slice: the merge is the identity.
+      const Run one = merged(enc, p, {0, nk}, o);
+      const Run whole = run(enc, p, o);
+      if (o.sinks.empty()) {  // weight e^0 = 1, L = 1: the part's own bits
+        CHECK(same_bits(one.out, whole.out));
+        CHECK(same_bits(one.lse, whole.lse));
+      }
+    }
+  }
+}
+
+TEST_CASE("merge_attention: the formula against long double, in place, NaN and empty rows",
+          "[attention][merge]") {
+  const auto enc = peal::rope<double>(rope_config(16, peal::Layout::Interleaved));
+  const Problem p = make_problem(5, 30, 2, 1, 16, 8, range(5, 25.5), range(30, 0), 3);
+  AttentionOptions o;
+  o.causal = true;
+  std::vector<Run> parts;
+  const std::vector<double> sinks = {0.25, -3};
+  o.sinks = sinks;
+  const Run m = merged(enc, p, {0, 10, 20, 30}, o, &parts);
+  // The rule in long double on the same partials: out within one float rounding of it plus
+  // double sums of 3 terms (each |w_p out_p| <= 1), lse within a few double ulps.
+  for (Index row = 0; row < p.nq * p.Hq; ++row) {
+    const Index h = row % p.Hq;
+    LD mx = sinks[std::size_t(h)];
+    for (const Run& r : parts) mx = std::max(mx, LD(r.lse[std::size_t(row)]));
+    LD L = std::exp(LD(sinks[std::size_t(h)]) - mx);
+    std::vector<LD> acc(std::size_t(p.dv), 0);
+    for (const Run& r : parts) {
+      if (!(r.lse[std::size_t(row)] > -HUGE_VAL)) continue;
+      const LD wgt = std::exp(LD(r.lse[std::size_t(row)]) - mx);
+      L += wgt;
+      for (Index e = 0; e < p.dv; ++e) acc[std::size_t(e)] += wgt * r.out[std::size_t(row * p.dv + e)];
+    }
+    const LD dbl = std::numeric_limits<double>::epsilon();
+    CHECK(std::abs(m.lse[std::size_t(row)] - (mx + std::log(L))) <= 8 * dbl * (1 + std::abs(mx)));
+    for (Index e = 0; e < p.dv; ++e) {
+      const LD want = acc[std::size_t(e)] / L;
+      CHECK(std::abs(m.out[std::size_t(row * p.dv + e)] - want) <=
+            T::eps * std::abs(want) + 16 * dbl);
+    }
+  }
+  // A part in which a row sees no key (lse −inf, zeros) adds nothing: query 0 (t = 0.5) sees
+  // only key 0, of the first slice.
+  const auto el = peal::rope<long double>(rope_config(16, peal::Layout::Interleaved));
+  const Problem early = make_problem(2, 30, 2, 1, 16, 8, {0.5, 12.5}, range(30, 0), 4);
+  std::vector<Run> ep;
+  AttentionOptions causal;
+  causal.causal = true;
+  const Run em = merged(enc, early, {0, 10, 20, 30}, causal, &ep);
+  CHECK(ep[2].lse[0] == -HUGE_VAL);
+  CHECK(ep[1].lse[0] == -HUGE_VAL);
+  CHECK(std::isfinite(em.lse[0]));
+  std::string first;
+  CHECK(check_rows(el, Sizes{}, early, causal, em, {}, first, true, nullptr, false, 6) == 0);
+  INFO(first);
+  // No part sees a key: zeros and −inf, or the sink's logit with a sink.
+  {
+    const Problem none = make_problem(1, 10, 2, 1, 16, 8, {-1}, range(10, 0), 5);
+    const Run z = merged(enc, none, {0, 5, 10}, causal);
+    CHECK(z.lse[0] == -HUGE_VAL);
+    CHECK(z.out[0] == 0.0f);
+    AttentionOptions cs = causal;
+    cs.sinks = {1.5, -2};
+    const Run zs = merged(enc, none, {0, 5, 10}, cs);
+    CHECK(zs.lse[0] == 1.5);
+    CHECK(zs.lse[1] == -2);
+    CHECK(zs.out[0] == 0.0f);
+  }
+  // In place: out and lse the first part's own arrays, the same bits as out of place.
+  {
+    std::vector<peal::AttentionPartial<float>> views;
+    for (const Run& r : parts)
+      views.push_back({TensorView<const float>(r.out.data(), p.nq, p.Hq, p.dv), r.lse.data()});
+    Run in = parts[0];
+    views[0] = {TensorView<const float>(in.out.data(), p.nq, p.Hq, p.dv), in.lse.data()};
+    peal::merge_attention(views, TensorView<float>(in.out.data(), p.nq, p.Hq, p.dv), in.lse.data(),
+                          sinks);
+    CHECK(same_bits(in.out, m.out));
+    CHECK(same_bits(in.lse, m.lse));
+    // The two-part form equals the list form.
+    Run two, twol;
+    two.out.resize(m.out.size()), two.lse.resize(m.lse.size());
+    twol = two;
+    const auto a = TensorView<const float>(parts[0].out.data(), p.nq, p.Hq, p.dv);
+    const auto b = TensorView<const float>(parts[1].out.data(), p.nq, p.Hq, p.dv);
+    peal::merge_attention(a, parts[0].lse.data(), b, parts[1].lse.data(),
+                          TensorView<float>(two.out.data(), p.nq, p.Hq, p.dv), two.lse.data());
+    peal::merge_attention(std::vector<peal::AttentionPartial<float>>{{a, parts[0].lse.data()},
+                                                                     {b, parts[1].lse.data()}},
+                          TensorView<float>(twol.out.data(), p.nq, p.Hq, p.dv), twol.lse.data());
+    CHECK(same_bits(two.out, twol.out));
+    CHECK(same_bits(two.lse, twol.lse));
+  }
+  // A NaN in one part's lse or out row makes that merged row NaN, and only that row.
+  for (int where = 0; where < 2; ++where) {
+    std::vector<Run> bad = parts;
+    if (where == 0)
+      bad[1].lse[3] = std::nan("");
+    else
+      bad[1].out[std::size_t(3 * p.dv + 2)] = std::nanf("");
+    std::vector<peal::AttentionPartial<float>> views;
+    for (const Run& r : bad)
+      views.push_back({TensorView<const float>(r.out.data(), p.nq, p.Hq, p.dv), r.lse.data()});
+    Run n = m;
+    peal::merge_attention(views, TensorView<float>(n.out.data(), p.nq, p.Hq, p.dv), n.lse.data(),
+                          sinks);
+    for (Index row = 0; row < p.nq * p.Hq; ++row) {
+      const bool hit = row == 3;
+      CHECK(std::isnan(n.lse[std::size_t(row)]) == hit);
+      for (Index e = 0; e < p.dv; ++e)
+        CHECK(std::isnan(n.out[std::size_t(row * p.dv + e)]) == hit);
+    }
+  }
+}
+
+TEST_CASE("merge_attention: half-precision parts, and bad input throws", "[attention][merge][errors]") {
+  // Parts stored in Eigen::half merge into float: within the parts' own rounding.
+  std::vector<Eigen::half> ha = {Eigen::half(1.0f), Eigen::half(-0.5f)}, hb = {Eigen::half(0.25f), Eigen::half(2.0f)};
+  std::vector<double> la = {0.0}, lb = {std::log(3.0)};
+  std::vector<float> o(2);
+  std::vector<double> l(1);
+  peal::merge_attention(TensorView<const Eigen::half>(ha.data(), 1, 1, 2), la.data(),
+                        TensorView<const Eigen::half>(hb.data(), 1, 1, 2), lb.data(),
+                        TensorView<float>(o.data(), 1, 1, 2), l.data());
+  CHECK(o[0] == Approx((1.0 + 3 * 0.25) / 4).epsilon(1e-6));
+  CHECK(o[1] == Approx((-0.5 + 3 * 2.0) / 4).epsilon(1e-6));
+  CHECK(l[0] == Approx(std::log(4.0)).epsilon(1e-15));
+
+  const Index nq = 2, Hq = 2, dv = 3;
+  std::vector<float> a(nq * Hq * dv, 0.5f), b(a), out(a.size()), big(64);
+  std::vector<double> lse_a(nq * Hq, 0.0), lse_b(lse_a), lse(lse_a.size());
+  const TensorView<const float> A(a.data(), nq, Hq, dv), B(b.data(), nq, Hq, dv);
+  const TensorView<float> O(out.data(), nq, Hq, dv);
+  using Parts = std::vector<peal::AttentionPartial<float>>;
+  CHECK_NOTHROW(peal::merge_attention(Parts{{A, lse_a.data()}, {B, lse_b.data()}}, O, lse.data()));
+  CHECK_NOTHROW(peal::merge_attention(Parts{}, O, lse.data()));  // no part: no key seen
+  CHECK(lse[0] == -HUGE_VAL);
+  CHECK(out[0] == 0.0f);
+  const TensorView<const float> B4(b.data(), nq, Hq, 2);
+  CHECK_THROWS_WITH(peal::merge_attention(Parts{{A, lse_a.data()}, {B4, lse_b.data()}}, O),
+                    Contains("part 1's out is [2, 2, 2], out is [2, 2, 3]"));
+  CHECK_THROWS_AS(peal::merge_attention(Parts{{A, lse_a.data()}, {B4, lse_b.data()}}, O),
+                  peal::invalid_argument);
+  CHECK_THROWS_WITH(peal::merge_attention(Parts{{A, lse_a.data()}, {B, nullptr}}, O),
+                    Contains("part 1 has no lse"));
+  // out overlapping a part's out without being it (shifted by one element).
+  std::copy(a.begin(), a.end(), big.begin());
+  const TensorView<const float> shifted(big.data() + 1, nq, Hq, dv);
+  CHECK_THROWS_WITH(peal::merge_attention(Parts{{shifted, lse_a.data()}, {B, lse_b.data()}},
+                                          TensorView<float>(big.data(), nq, Hq, dv)),
+                    Contains("part 0's out overlaps out"));
+  CHECK_THROWS_WITH(peal::merge_attention(Parts{{A, lse_a.data()}, {B, lse_b.data()}}, O,
+                                          lse_a.data() + 1),
+                    Contains("part 0's lse overlaps lse"));
+  CHECK_THROWS_WITH(
+      peal::merge_attention(Parts{{A, lse_a.data()}, {B, lse_b.data()}}, O, nullptr, {1.0}),
+      Contains("1 sink logits for 2 heads"));
+  CHECK_THROWS_WITH(peal::merge_attention(Parts{{A, lse_a.data()}, {B, lse_b.data()}}, O, nullptr,
+                                          {1.0, std::nan("")}),
+                    Contains("sink logits"));
+  const TensorView<float> O2(out.data(), nq, Hq, dv);
+  CHECK_THROWS_WITH(peal::merge_attention(Parts{{A, reinterpret_cast<const double*>(out.data())},
+                                                {B, lse_b.data()}},
+                                          O2),
+                    Contains("lse and out arrays overlap"));
 }

@@ -23,6 +23,7 @@
 #include "encode.hpp"
 #include "scores.hpp"
 #include "attention.hpp"
+#include "merge_attention.hpp"
 #include "linear_attention.hpp"
 #include "scores_nd.hpp"
 #include "per_head.hpp"
