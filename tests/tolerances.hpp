@@ -47,7 +47,9 @@
 //                                    one, componentwise: each factor adds gamma_n and the
 //                                    rounding of its entries, |fl(prod) - prod| <= N (n + 2) u
 //                                    prod |A_i| to first order (linear in N), times 4;
-//   diff_step(x), diff_tol(...)      the derivative at 0 by a central difference (below).
+//   diff_step(x), diff_tol(...)      the derivative at 0 by a central difference (below);
+//   derivative(...), derivative_tol  ∂A/∂θ and ∂A/∂τ against a fourth-order central
+//                                    difference of the long double twin (below).
 //
 // Presets against the long double reference (tests/reference/preset_reference.hpp):
 //   rotated_pair()  = 4 eps          one pair rotated in S from double sin/cos rounded once
@@ -186,6 +188,33 @@ struct Tol {
                               long double norm_minus) {
     return h * h * std::pow(xnorm, 3) / 3.0L +
            (entry(n) * (norm_plus + norm_minus) + phase(xnorm * h) * 2 * norm_plus) / (2.0L * h);
+  }
+
+  // ∂A(τ)/∂θ_k (derivatives.hpp), computed in S, against the fourth-order central difference
+  // of its long double twin (same parameters), D(h) = (8 (A(θ+h) − A(θ−h)) − (A(θ+2h) −
+  // A(θ−2h))) / 12h, in the max norm. Every closed form is τ, P or P⁻¹ times entries of A (of
+  // A_J moved by P), so the error is measured against m = (1 + |τ|) κ² ‖A(τ)‖_max (κ = ‖P‖∞
+  // ‖P⁻¹‖∞, 1 without a basis change):
+  //   the closed form   derivative(n, x) m, derivative = entry(n) + phase(x) + 2 angle_eps():
+  //                     an n-term product and the rounding to S, the rounding of the rate
+  //                     times τ (x = |X| |τ|), the absolute error of sin and cos;
+  //   the difference    rounding: each A(θ ± jh) carries Tol<long double>::derivative(n, x)
+  //                     κ² ‖A‖ (the same bound in long double), and the stencil's weights sum
+  //                     to 18 / 12h = 1.5 / h; truncation: O(h⁴), estimated from D(2h) by
+  //                     Richardson, |D(h) − D(2h)| / 15, taken twice.
+  // Step h = ε_long^(1/5) / (1 + |τ|): A depends on a block's parameters through θτ, so its
+  // fifth derivative grows like |τ|⁵ and this step balances it against the rounding.
+  static long double derivative(int n, long double x) {
+    return entry(n) + phase(x) + 2 * angle_eps();
+  }
+  static long double derivative_step(long double tau) {
+    return std::pow(eps_long, 0.2L) / (1.0L + std::abs(tau));
+  }
+  static long double derivative_tol(int n, long double x, long double m, long double a_kappa2,
+                                    long double h, long double richardson) {
+    const long double ld = Tol<long double>::entry(n) + Tol<long double>::phase(x) +
+                           2 * Tol<long double>::angle_eps();
+    return derivative(n, x) * m + 1.5L * ld * a_kappa2 / h + 2 * richardson / 15;
   }
 
   // ---- Batch kernels (tests/conformance_suite.hpp). Here S is the kernels' ARITHMETIC type C

@@ -32,6 +32,17 @@
 //       of through the tiled product, whose polynomial terms cancel. Such traits also give
 //         static double lambda(const B& b);   the eigenvalue λ.
 //
+// For gradients (docs/gradients.md), the trainable parameters θ of the block, optional (a block
+// without them runs every forward kernel, and has no parameters.hpp / derivatives.hpp /
+// encode_backward.hpp):
+//   static constexpr int n_parameters;
+//   static const char* parameter_name(int k);          "omega", "a", "lambda", ...
+//   static long double parameter(const B& b, int k);   θ_k, with all the bits the block keeps
+//   static B with_parameters(const B& b, const long double* theta);
+//       the block with θ = theta[0..n_parameters), validated as its constructor validates;
+// and, in the class itself beside A(τ), `MatrixType dA(Real tau, int k) const`: ∂A(τ)/∂θ_k in
+// closed form.
+//
 // A specialisation may derive from block_traits_base<B> (below) for what most blocks state
 // the same way: dim = B::Dim, degree 0, no per-pair polynomial, and the signature from
 // B::params(); it then writes rate and factors (and overrides what differs: the Jordan

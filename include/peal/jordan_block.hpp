@@ -78,6 +78,17 @@ class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
     for (int i = 0; i < M; ++i) v(i) = y[i];
   }
 
+  /// ∂A(τ)/∂λ = τ A(τ) (k = 0, the only parameter: ∂X/∂λ = I; docs/gradients.md §1).
+  MatrixType dA(Real tau, int /*k*/) const {
+    detail::require_finite(tau, "dA", "tau");
+    Real c[M];
+    detail::exp_poly_coefficients(lambda_, tau, M, c);
+    MatrixType m = MatrixType::Zero();
+    for (int i = 0; i < M; ++i)
+      for (int j = i; j < M; ++j) m(i, j) = S(tau * c[j - i]);
+    return m;
+  }
+
  private:
   // A coefficient beyond the range of S (or below it), or a result that overflowed: every
   // term in scaled form, c_d x_j = (f_d x_j)·2^{e_d} (detail/exp_poly.hpp), summed without
@@ -106,6 +117,12 @@ class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
 // j >= i, a real Jordan chain; M >= 2 is evaluated per pair in compositions.
 template <int M, class S>
 struct block_traits<JordanBlock<M, S>> : block_traits_base<JordanBlock<M, S>> {
+  static constexpr int n_parameters = 1;  // λ
+  static const char* parameter_name(int) { return "lambda"; }
+  static long double parameter(const JordanBlock<M, S>& b, int) { return b.lambda(); }
+  static JordanBlock<M, S> with_parameters(const JordanBlock<M, S>&, const long double* theta) {
+    return JordanBlock<M, S>(real_t<S>(theta[0]));
+  }
   static constexpr int degree = M - 1;
   static constexpr bool per_pair_polynomial = M >= 2;
   static double rate(const JordanBlock<M, S>& b) { return std::abs(double(b.lambda())); }

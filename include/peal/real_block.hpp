@@ -44,13 +44,25 @@ class RealBlock : public Encoding<RealBlock<S>, S> {
     v(0) = S(detail::mul_exp(Real(v(0)), lambda_ * tau));
   }
 
+  /// ∂A(τ)/∂λ = τ e^{λτ} (k = 0, the only parameter; docs/gradients.md §1).
+  MatrixType dA(Real tau, int /*k*/) const {
+    detail::require_finite(tau, "dA", "tau");
+    return MatrixType::Constant(S(detail::mul_exp(tau, lambda_ * tau)));
+  }
+
  private:
   Real lambda_;
 };
 
-// Batch-kernel facts (block_traits.hpp): A(δ) = e^{λδ} · [1].
+// Batch-kernel facts (block_traits.hpp): A(δ) = e^{λδ} · [1]; one trainable parameter, λ.
 template <class S>
 struct block_traits<RealBlock<S>> : block_traits_base<RealBlock<S>> {
+  static constexpr int n_parameters = 1;
+  static const char* parameter_name(int) { return "lambda"; }
+  static long double parameter(const RealBlock<S>& b, int) { return b.lambda(); }
+  static RealBlock<S> with_parameters(const RealBlock<S>&, const long double* theta) {
+    return RealBlock<S>(real_t<S>(theta[0]));
+  }
   static double rate(const RealBlock<S>& b) { return std::abs(double(b.lambda())); }
   static void factors(const RealBlock<S>& b, double d, double& g, double* P) {
     g = std::exp(double(b.lambda()) * d);

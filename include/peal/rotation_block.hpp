@@ -84,15 +84,40 @@ class RotationBlock : public Encoding<RotationBlock<S>, S> {
     }
   }
 
+  /// ∂A(τ)/∂θ_k (docs/gradients.md §1): k = 0, ω: τ J A(τ) = τ e^{aτ} [[−s, c], [−c, −s]]
+  /// (J = [[0, 1], [−1, 0]] = ∂X/∂ω commutes with X); k = 1, a: τ A(τ).
+  MatrixType dA(Real tau, int k) const {
+    detail::require_finite(tau, "dA", "tau");
+    Real s, c;
+    omega_.sincos(tau, s, c);
+    const Real gc = detail::mul_exp(tau * c, a_ * tau), gs = detail::mul_exp(tau * s, a_ * tau);
+    MatrixType m;
+    if (k == 1) {
+      m << S(gc), S(gs), S(-gs), S(gc);
+      return m;
+    }
+    m << S(-gs), S(gc), S(-gc), S(-gs);
+    return m;
+  }
+
  private:
   detail::Frequency<Real> omega_;  // omega_hi + omega_lo (detail/frequency.hpp)
   Real a_ = 0;
 };
 
 // Batch-kernel facts (block_traits.hpp): A(δ) = e^{aδ} [[c, s], [−s, c]], (c, s) of ωδ with
-// the exact angle reduction (detail/sincos.hpp).
+// the exact angle reduction (detail/sincos.hpp). Trainable: ω (long double, all its bits)
+// and a.
 template <class S>
 struct block_traits<RotationBlock<S>> : block_traits_base<RotationBlock<S>> {
+  static constexpr int n_parameters = 2;
+  static const char* parameter_name(int k) { return k == 0 ? "omega" : "a"; }
+  static long double parameter(const RotationBlock<S>& b, int k) {
+    return k == 0 ? b.omega() : static_cast<long double>(b.a());
+  }
+  static RotationBlock<S> with_parameters(const RotationBlock<S>&, const long double* theta) {
+    return RotationBlock<S>(theta[0], real_t<S>(theta[1]));
+  }
   static double rate(const RotationBlock<S>& b) { return std::abs(double(b.a())); }
   static void factors(const RotationBlock<S>& b, double d, double& g, double* P) {
     const auto pr = b.params();

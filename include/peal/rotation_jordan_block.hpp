@@ -80,6 +80,27 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
     for (int i = 0; i < Dim; ++i) v(i) = y(i);
   }
 
+  /// ∂A(τ)/∂θ_k (docs/gradients.md §1): k = 0, ω: τ (I ⊗ J) A(τ), J = [[0, 1], [−1, 0]]
+  /// (∂X/∂ω = I ⊗ J commutes with X), block (i, j) = τ c_{j−i} [[−s, c], [−c, −s]];
+  /// k = 1, a: τ A(τ).
+  MatrixType dA(Real tau, int k) const {
+    detail::require_finite(tau, "dA", "tau");
+    if (k == 1) return MatrixType(A(tau) * S(tau));
+    Real c[M], s, co;
+    detail::exp_poly_coefficients(a_, tau, M, c);
+    omega_.sincos(tau, s, co);
+    MatrixType m = MatrixType::Zero();
+    for (int i = 0; i < M; ++i)
+      for (int j = i; j < M; ++j) {
+        const Real f = tau * c[j - i];
+        m(2 * i, 2 * j) = S(-f * s);
+        m(2 * i, 2 * j + 1) = S(f * co);
+        m(2 * i + 1, 2 * j) = S(-f * co);
+        m(2 * i + 1, 2 * j + 1) = S(-f * s);
+      }
+    return m;
+  }
+
  private:
   // A(tau); usual: every c_j = e^{a tau} tau^j / j! is a normal number (or an exact zero),
   // so the entries c_j·trig need no scaling. Otherwise each entry is (f_j trig)·2^{e_j}
@@ -145,6 +166,15 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
 // δ^{j−i}/(j−i)! [[c, s], [−s, c]] for j >= i, (c, s) of ωδ with the exact angle reduction.
 template <int M, class S>
 struct block_traits<RotationJordanBlock<M, S>> : block_traits_base<RotationJordanBlock<M, S>> {
+  static constexpr int n_parameters = 2;  // ω (long double, all its bits), a
+  static const char* parameter_name(int k) { return k == 0 ? "omega" : "a"; }
+  static long double parameter(const RotationJordanBlock<M, S>& b, int k) {
+    return k == 0 ? b.omega() : static_cast<long double>(b.a());
+  }
+  static RotationJordanBlock<M, S> with_parameters(const RotationJordanBlock<M, S>&,
+                                                   const long double* theta) {
+    return RotationJordanBlock<M, S>(theta[0], real_t<S>(theta[1]));
+  }
   static constexpr int degree = M - 1;
   static double rate(const RotationJordanBlock<M, S>& b) { return std::abs(double(b.a())); }
   static void factors(const RotationJordanBlock<M, S>& b, double d, double& g, double* P) {
