@@ -15,15 +15,21 @@
 //                     decay the data into subnormals).
 //   BM_PealRealBank   Bank<RealBlock> (per-coordinate exponential decay), out of place.
 //   BM_PealPartial    partial rotary: compose(Bank<RotationBlock> on d/4, PassThrough).
+//   BM_PealRopeBackward  encode_queries_backward (include/peal/encode_backward.hpp) of the
+//                     HalfSplit RoPE bank, out of place: dq alone (reads G, writes dq: 2
+//                     arrays, as the forward) or with the parameter gradient (reads q and G,
+//                     writes dq: 3 arrays counted).
 //
 // bytes_per_second counts read + write bytes (2 * n * 32 * d * 4). Everything runs on one
 // thread (omp_set_num_threads(1) when built with OpenMP) except BM_PealRope_2threads.
 // The peal / copy ratio is computed afterwards from the medians (bench/README.md).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <peal/encode.hpp>
+#include <peal/encode_backward.hpp>
 #include <peal/peal.hpp>
 #include <random>
 #include <vector>
@@ -146,6 +152,29 @@ void BM_PealPartial(benchmark::State& state) {
            false);
 }
 
+template <bool WithParameters>
+void BM_PealRopeBackward(benchmark::State& state) {
+  set_threads(1);
+  Data x(state, true);
+  const auto enc = rope(int(x.d), peal::Layout::HalfSplit);
+  std::vector<float> g = x.src;
+  std::reverse(g.begin(), g.end());
+  std::vector<double> grad(std::size_t(peal::parameter_count(enc)), 0.0);
+  const peal::Positions pos(x.pos);
+  const peal::TensorView<const float> q(x.src.data(), x.n, kHeads, x.d), gv(g.data(), x.n, kHeads, x.d);
+  const peal::TensorView<float> dq(x.dst.data(), x.n, kHeads, x.d);
+  for (auto _ : state) {
+    if (WithParameters)
+      peal::encode_queries_backward(enc, q, pos, gv, dq, {&grad});
+    else
+      peal::encode_queries_backward(enc, q, pos, gv, dq);
+    benchmark::DoNotOptimize(grad.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(std::int64_t(state.iterations()) * (WithParameters ? 3 : 2) *
+                          std::int64_t(x.elems) * std::int64_t(sizeof(float)));
+}
+
 // The textbook RoPE: angles in float, one std::cos and std::sin per pair and token and head.
 void BM_NaiveRope(benchmark::State& state) {
   set_threads(1);
@@ -192,5 +221,7 @@ BENCHMARK(BM_PealXPos)->Apply(Sizes);
 BENCHMARK(BM_PealRetNet)->Apply(Sizes);
 BENCHMARK(BM_PealRealBank)->Apply(Sizes);
 BENCHMARK(BM_PealPartial)->Apply(Sizes);
+BENCHMARK_TEMPLATE(BM_PealRopeBackward, false)->Apply(Sizes);
+BENCHMARK_TEMPLATE(BM_PealRopeBackward, true)->Apply(Sizes);
 
 BENCHMARK_MAIN();

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <peal/encode.hpp>
+#include <peal/encode_backward.hpp>
 #include <peal/peal.hpp>
 #include <peal/scores.hpp>
 #include <random>
@@ -63,6 +64,14 @@ class ScaledRotation : public peal::Encoding<ScaledRotation<S>, S> {
     v(0) = transpose ? m(0, 0) * x0 + m(1, 0) * x1 : m(0, 0) * x0 + m(0, 1) * x1;
     v(1) = transpose ? m(0, 1) * x0 + m(1, 1) * x1 : m(1, 0) * x0 + m(1, 1) * x1;
   }
+  /// ∂A(τ)/∂a = τ A(τ) (k = 0); ∂A(τ)/∂w = τ J A(τ), J = [[0, 1], [−1, 0]] (k = 1).
+  MatrixType dA(Real tau, int k) const {
+    const MatrixType m = A(tau);
+    if (k == 0) return MatrixType(m * S(tau));
+    MatrixType j;
+    j << S(0), S(1), S(-1), S(0);
+    return MatrixType(j * m * S(tau));
+  }
 
  private:
   Real a_, w_;
@@ -93,6 +102,13 @@ struct peal::block_traits<toy::ScaledRotation<S>> {
   static void signature(const B& b, std::vector<double>& sig) {
     sig.push_back(double(b.a()));
     sig.push_back(double(b.w()));
+  }
+  // Its trainable parameters (parameters.hpp), in its own order: a, then w.
+  static constexpr int n_parameters = 2;
+  static const char* parameter_name(int k) { return k == 0 ? "a" : "w"; }
+  static long double parameter(const B& b, int k) { return k == 0 ? b.a() : b.w(); }
+  static B with_parameters(const B&, const long double* th) {
+    return B(peal::real_t<S>(th[0]), peal::real_t<S>(th[1]));
   }
 };
 
@@ -324,6 +340,72 @@ TEST_CASE("block protocol: encode_queries and encode_keys of a user block match 
       }
     }
   }
+}
+
+TEST_CASE("block protocol: a user block's parameters, derivatives and encode backward",
+          "[protocol]") {
+  // The toy block states its parameters and dA(τ, k) beside itself; peal's parameter layout,
+  // derivatives and encode backward follow, in a Bank and composed with pass-through.
+  const auto enc = peal::compose(peal::Bank<Toy>(toy_blocks(2)), peal::PassThrough<double>(1));
+  const auto twin = peal::compose(peal::Bank<ToyL>(toy_blocks_ld(2)), peal::PassThrough<long double>(1));
+  const peal::ParameterSet p = peal::parameters(enc);
+  CHECK(p.names == std::vector<std::string>{"part[0].block[0].a", "part[0].block[1].a",
+                                            "part[0].block[0].w", "part[0].block[1].w"});
+  // ∂A/∂θ_k against the fourth-order central difference of the twin (test_derivatives.cpp).
+  const double tau = -3.25;
+  const auto d = peal::dA(enc, tau);
+  const long double h = Tol<double>::derivative_step(tau);
+  for (std::size_t k = 0; k < p.size(); ++k) {
+    auto at = [&](long double delta) {
+      std::vector<long double> th = p.values;
+      th[k] += delta;
+      return peal::Matrix<long double>(peal::with_parameters(twin, th).A(tau));
+    };
+    auto cd = [&](long double hh) {
+      return peal::Matrix<long double>((8 * (at(hh) - at(-hh)) - (at(2 * hh) - at(-2 * hh))) / (12 * hh));
+    };
+    const peal::Matrix<long double> dh = cd(h), d2h = cd(2 * h), a = twin.A(tau);
+    const long double am = a.cwiseAbs().maxCoeff();
+    const long double tol = Tol<double>::derivative_tol(
+        5, 0.7L * std::abs(tau) * 5, (1 + std::abs(tau)) * am, am, h,
+        (dh - d2h).cwiseAbs().maxCoeff());
+    CHECK((d[k].cast<long double>() - dh).cwiseAbs().maxCoeff() <= tol);
+  }
+  // encode_keys_backward: dk = G(s)ᵀ g and Σ_h g_hᵀ ∂G(s)/∂θ_k k_h from the dense derivatives.
+  std::mt19937 rng(71);
+  std::normal_distribution<double> N(0.0, 1.0);
+  const Index n = 5, H = 2, dm = Index(enc.dim());
+  const std::vector<double> s = irregular(n, 2.0, rng);
+  std::vector<double> k(std::size_t(n * H * dm)), g(k.size()), dk(k.size());
+  for (auto& v : k) v = N(rng);
+  for (auto& v : g) v = N(rng);
+  std::vector<double> gp(p.size(), 0.0);
+  peal::encode_keys_backward(enc, peal::make_view(k.data(), n, H, dm), Positions(s),
+                             peal::make_view(g.data(), n, H, dm), peal::make_view(dk.data(), n, H, dm),
+                             {&gp});
+  std::vector<long double> ref(p.size(), 0.0L), mag(p.size(), 0.0L);
+  for (Index i = 0; i < n; ++i) {
+    const long double si = s[std::size_t(i)];
+    const peal::Matrix<long double> G = twin.G(si);
+    const auto dg = peal::dA(twin, -si);
+    for (Index hh = 0; hh < H; ++hh) {
+      const Eigen::Map<const Eigen::VectorXd> ki(k.data() + (i * H + hh) * dm, dm),
+          gi(g.data() + (i * H + hh) * dm, dm);
+      const Eigen::VectorXd got = Eigen::Map<const Eigen::VectorXd>(dk.data() + (i * H + hh) * dm, dm);
+      const peal::Vector<long double> want = G.transpose() * gi.cast<long double>();
+      const peal::Vector<long double> m = G.transpose().cwiseAbs() * gi.cwiseAbs().cast<long double>();
+      for (Index e = 0; e < dm; ++e)
+        CHECK(std::abs(got(e) - want(e)) <= Tol<double>::kernel_entry(2) * m(e));
+      for (std::size_t kk = 0; kk < p.size(); ++kk) {
+        ref[kk] += gi.cast<long double>().dot(dg[kk] * ki.cast<long double>());
+        mag[kk] += gi.cwiseAbs().sum() * ki.cwiseAbs().sum() * (1 + std::abs(si)) *
+                   G.cwiseAbs().maxCoeff();
+      }
+    }
+  }
+  for (std::size_t kk = 0; kk < p.size(); ++kk)
+    CHECK(std::abs(gp[kk] - ref[kk]) <=
+          (Tol<double>::derivative(int(dm), 0.7L * 2 * dm) + Tol<double>::roundings(int(n))) * mag[kk]);
 }
 
 TEST_CASE("block protocol: attention of a user block matches softmax of the reference", "[protocol]") {

@@ -1,0 +1,380 @@
+// Tests of include/peal/encode_backward.hpp: encode_queries_backward and encode_keys_backward
+// for compositions, a basis change, RoPE (partial rotary, at positions near 1.7e9), xPos, RetNet
+// and ALiBi's Jordan block, float and double storage, irregular positions: dq / dk against
+// F(t)ᵀ G and G(s)ᵀ G of the long double twin, the parameter and position gradients against
+// the dense derivatives of the twin (derivatives.hpp, themselves checked against central
+// differences in test_derivatives.cpp) and, end to end, against a central difference of the
+// loss L(θ) = Σ ⟨G, encoded rows⟩; in place = out of place bitwise; gradients add up; bad
+// input throws and writes nothing.
+//
+// Storage: double for every family, float for a composition, RoPE and xPos (check_family).
+// Tolerances (tests/tolerances.hpp): dq, dk per element as the encode kernels they run
+// (Tol<C>::encode, C the arithmetic type); each parameter or position gradient
+// Σ_i (Tol<double>::derivative(n, x_i) + Tol<double>::roundings(tokens)) M_i, M_i = Σ_h
+// |u_h|₁ |v_h|₁ (1 + |τ_i|) κ² ‖A(τ_i)‖_max (the bound of test_derivatives.cpp per token,
+// summed over tokens in double).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <peal/encode_backward.hpp>
+#include <random>
+#include <vector>
+
+#include "families.hpp"
+#include "tolerances.hpp"
+
+using namespace peal_test;
+
+namespace {
+
+using LD = long double;
+using MLD = peal::Matrix<LD>;
+using peal::Index;
+using peal::TensorView;
+
+LD max_abs(const MLD& m) { return m.size() ? m.cwiseAbs().maxCoeff() : LD(0); }
+
+template <class E>
+LD kappa2(const E&) {
+  return 1;
+}
+template <class I>
+LD kappa2(const peal::BasisChange<I>& b) {
+  const LD k = LD(b.P().cwiseAbs().rowwise().sum().maxCoeff()) *
+               LD(b.P_inverse().cwiseAbs().rowwise().sum().maxCoeff());
+  return k * k;
+}
+
+template <class T>
+LD ld(T x) {
+  return LD(peal::detail::to_arith<double>(x));
+}
+
+enum class Side { query, key };
+
+// ∂F(t)/∂θ_k or ∂G(s)/∂θ_k (d), and ∂F/∂t or ∂G/∂s (dpos), dense, in long double.
+struct Factor {
+  std::vector<MLD> d;
+  MLD dpos;
+};
+// F(t) = A(t)ᵀ, G(s) = A(−s): the derivatives of A (derivatives.hpp, checked against central
+// differences in test_derivatives.cpp), transposed for F; ∂G/∂s = −X A(−s).
+template <class E>
+Factor factor_derivatives(const E& e, Side side, LD p) {
+  Factor f;
+  const LD tau = side == Side::query ? p : -p;
+  for (const MLD& m : peal::dA(e, tau)) f.d.push_back(side == Side::query ? MLD(m.transpose()) : m);
+  const MLD xa = peal::dA_dtau(e, tau);
+  f.dpos = side == Side::query ? MLD(xa.transpose()) : MLD(-xa);
+  return f;
+}
+// A basis change: F(t) = A_J(t)ᵀ Pᵀ, G(s) = A_J(−s) P⁻¹ (basis_change.hpp), so
+// ∂F/∂θ_J = ∂A_J(t)ᵀ Pᵀ, ∂F/∂P_ij = A_J(t)ᵀ E_ji; ∂G/∂θ_J = ∂A_J(−s) P⁻¹,
+// ∂G/∂P_ij = −A_J(−s) P⁻¹ E_ij P⁻¹ (d(P⁻¹) = −P⁻¹ dP P⁻¹).
+template <class I>
+Factor factor_derivatives(const peal::BasisChange<I>& e, Side side, LD p) {
+  const bool q = side == Side::query;
+  const LD tau = q ? p : -p;
+  const MLD P = e.P(), Pi = e.P_inverse(), aj = e.inner().A(tau);
+  Factor f;
+  for (const MLD& m : peal::dA(e.inner(), tau))
+    f.d.push_back(q ? MLD(m.transpose() * P.transpose()) : MLD(m * Pi));
+  const int n = e.dim();
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      MLD E = MLD::Zero(n, n);
+      E(i, j) = 1;
+      f.d.push_back(q ? MLD(aj.transpose() * E.transpose()) : MLD(-(aj * Pi * E * Pi)));
+    }
+  const MLD xa = peal::dA_dtau(e.inner(), tau);
+  f.dpos = q ? MLD(xa.transpose() * P.transpose()) : MLD(-(xa * Pi));
+  return f;
+}
+
+template <class Fam, class T>
+struct Setup {
+  using E = decltype(Fam::template build<double>(std::declval<Draw&>()));
+  using EL = decltype(Fam::template build<LD>(std::declval<Draw&>()));
+  E enc;
+  EL twin;
+  int tokens, heads, dim;
+  std::vector<double> pos;
+  std::vector<T> x, g;
+
+  static Setup make(int tokens, int heads, double lo, double hi, std::uint64_t seed) {
+    std::mt19937_64 re(seed), rl(seed), rr(seed + 5);
+    // Large: rates ~1e-3, so that compositions stay in range over thousands of positions.
+    const Regime regime = hi - lo > 10 ? Regime::Large : Regime::Random;
+    Draw de{re, regime}, dl{rl, regime};
+    auto e = Fam::template build<double>(de);
+    auto tw = peal::with_parameters(Fam::template build<LD>(dl), peal::parameters(e).values);
+    Setup s{std::move(e), std::move(tw), tokens, heads, 0, {}, {}, {}};
+    s.dim = s.enc.dim();
+    std::uniform_real_distribution<double> u(-1, 1), p(lo, hi);
+    for (int i = 0; i < tokens; ++i) s.pos.push_back(p(rr));
+    const std::size_t n = std::size_t(tokens) * std::size_t(heads) * std::size_t(s.dim);
+    for (std::size_t i = 0; i < n; ++i) s.x.push_back(T(u(rr))), s.g.push_back(T(u(rr)));
+    return s;
+  }
+  TensorView<const T> view(const std::vector<T>& v) const {
+    return TensorView<const T>(v.data(), tokens, heads, dim);
+  }
+};
+
+// One call of the backward of `side`, checked against the long double references.
+template <class Fam, class T>
+void check_backward(Side side, int tokens, int heads, double lo, double hi, std::uint64_t seed) {
+  auto s = Setup<Fam, T>::make(tokens, heads, lo, hi, seed);
+  const int n = s.dim, P = peal::parameter_count(s.enc);
+  std::vector<T> dx(s.x.size());
+  std::vector<double> gp(std::size_t(P), 0.0), gt(std::size_t(tokens), 0.0);
+  TensorView<T> out(dx.data(), tokens, heads, n);
+  const peal::Positions pos(s.pos);
+  if (side == Side::query)
+    peal::encode_queries_backward(s.enc, s.view(s.x), pos, s.view(s.g), out, {&gp, &gt});
+  else
+    peal::encode_keys_backward(s.enc, s.view(s.x), pos, s.view(s.g), out, {&gp, &gt});
+
+  using C = peal::detail::arith_t<T, T>;
+  std::vector<LD> rp(std::size_t(P), 0), tp(std::size_t(P), 0);
+  const LD k2 = kappa2(s.twin), xn = max_abs(MLD(s.twin.generator()));
+  for (int i = 0; i < tokens; ++i) {
+    const LD p = LD(s.pos[std::size_t(i)]), tau = side == Side::query ? p : -p;
+    // The encoded row is M x, M = F(t) or G(s); its derivatives in θ and in the position.
+    const MLD M = side == Side::query ? MLD(s.twin.F(p)) : MLD(s.twin.G(p));
+    const Factor f = factor_derivatives(s.twin, side, p);
+    const MLD a = s.twin.A(tau);
+    const LD m = (1 + std::abs(tau)) * k2 * max_abs(a), x = xn * std::abs(tau) * n;
+    LD rt = 0, mt = 0;
+    for (int h = 0; h < heads; ++h) {
+      peal::Vector<LD> xv(n), gv(n);
+      for (int j = 0; j < n; ++j) xv(j) = ld(s.x[std::size_t((i * heads + h) * n + j)]),
+                                  gv(j) = ld(s.g[std::size_t((i * heads + h) * n + j)]);
+      const peal::Vector<LD> ref = M.transpose() * gv;  // dq = F(t)ᵀ g, dk = G(s)ᵀ g
+      const MLD aa = M.transpose().cwiseAbs();
+      const peal::Vector<LD> mag = aa * gv.cwiseAbs();
+      for (int j = 0; j < n; ++j) {
+        const LD tol = Tol<C>::encode(n, mag(j), ref(j), Tol<C>::template storage_eps<T>(),
+                                      LD(Tol<T>::underflow()), Tol<double>::phase(x) * k2,
+                                      Tol<double>::angle_eps() * aa.row(j).sum() * gv.cwiseAbs().sum());
+        const LD got = ld(out(i, h, j));
+        INFO(Fam::name << " token " << i << " head " << h << " elem " << j << ": " << double(got)
+                       << " vs " << double(ref(j)));
+        CHECK(std::abs(got - ref(j)) <= tol);
+      }
+      for (int k = 0; k < P; ++k) rp[std::size_t(k)] += gv.dot(f.d[std::size_t(k)] * xv);
+      const LD mi = xv.cwiseAbs().sum() * gv.cwiseAbs().sum();
+      for (int k = 0; k < P; ++k)
+        tp[std::size_t(k)] += (Tol<double>::derivative(n, x) + Tol<double>::roundings(tokens)) * mi * m;
+      rt += gv.dot(f.dpos * xv);
+      mt += mi * (1 + xn) * n * k2 * max_abs(a);
+    }
+    INFO(Fam::name << " position gradient of token " << i);
+    CHECK(std::abs(LD(gt[std::size_t(i)]) - rt) <= Tol<double>::derivative(n, x) * mt);
+  }
+  const peal::ParameterSet names = peal::parameters(s.enc);
+  for (int k = 0; k < P; ++k) {
+    INFO(Fam::name << " " << names.names[std::size_t(k)] << ": " << gp[std::size_t(k)] << " vs "
+                   << double(rp[std::size_t(k)]));
+    CHECK(std::abs(LD(gp[std::size_t(k)]) - rp[std::size_t(k)]) <= tp[std::size_t(k)]);
+  }
+}
+
+// Double storage for every family; float storage (float arithmetic in dq, the staged or the
+// direct parameter path over float rows) where With_float: one composition, RoPE, xPos. The
+// other families' float paths are the same code (test_encode.cpp checks the forward kernels
+// dq runs in every storage), and each float instantiation costs this TU ~4 s of compile.
+template <class Fam, bool WithFloat = false>
+void check_family(double lo, double hi) {
+  for (Side side : {Side::query, Side::key}) {
+    check_backward<Fam, double>(side, 7, 3, lo, hi, 11);
+    if constexpr (WithFloat) check_backward<Fam, float>(side, 5, 2, lo, hi, 12);
+  }
+}
+
+// L(θ) = Σ_i Σ_h ⟨g_ih, F_θ(t_i) q_ih⟩ (queries) or ⟨g_ih, G_θ(s_i) k_ih⟩ (keys) in long
+// double, its central difference in each θ_k (every sample-th, from 0 for queries and
+// sample / 2 for keys) against the parameter gradient.
+template <class Fam>
+void check_loss_difference(Side side, double lo, double hi, int sample = 1) {
+  auto s = Setup<Fam, double>::make(4, 2, lo, hi, 21);
+  const int n = s.dim, P = peal::parameter_count(s.enc);
+  std::vector<double> gp(std::size_t(P), 0.0);
+  const TensorView<double> none;
+  if (side == Side::query)
+    peal::encode_queries_backward(s.enc, s.view(s.x), peal::Positions(s.pos), s.view(s.g), none, {&gp});
+  else
+    peal::encode_keys_backward(s.enc, s.view(s.x), peal::Positions(s.pos), s.view(s.g), none, {&gp});
+  const std::vector<LD> theta = peal::parameters(s.twin).values;
+  auto loss = [&](std::size_t k, LD delta) {
+    std::vector<LD> th = theta;
+    th[k] += delta;
+    const auto e = peal::with_parameters(s.twin, th);
+    LD sum = 0;
+    for (int i = 0; i < s.tokens; ++i) {
+      const LD p = LD(s.pos[std::size_t(i)]);
+      const MLD f = side == Side::query ? MLD(e.F(p)) : MLD(e.G(p));
+      for (int h = 0; h < s.heads; ++h) {
+        peal::Vector<LD> xv(n), gv(n);
+        for (int j = 0; j < n; ++j) xv(j) = LD(s.x[std::size_t((i * s.heads + h) * n + j)]),
+                                    gv(j) = LD(s.g[std::size_t((i * s.heads + h) * n + j)]);
+        sum += gv.dot(f * xv);
+      }
+    }
+    return sum;
+  };
+  LD tmax = 0;
+  for (double p : s.pos) tmax = std::max(tmax, LD(std::abs(p)));
+  for (int k = side == Side::query ? 0 : sample / 2; k < P; k += sample) {
+    const std::size_t kk = std::size_t(k);
+    const LD th = std::abs(theta[kk]);
+    const LD h0 = Tol<double>::derivative_step(tmax), h = th > 0 ? std::min(h0, th / 8) : h0;
+    auto d = [&](LD hh) {
+      return (8 * (loss(kk, hh) - loss(kk, -hh)) - (loss(kk, 2 * hh) - loss(kk, -2 * hh))) / (12 * hh);
+    };
+    const LD dh = d(h), d2h = d(2 * h);
+    const LD scale = std::max(std::abs(dh), LD(1)) * (1 + tmax);
+    INFO(Fam::name << " parameter " << k << ": " << gp[kk] << " vs " << double(dh));
+    CHECK(std::abs(LD(gp[kk]) - dh) <= 1e-9L * scale + 2 * std::abs(dh - d2h) / 15);
+  }
+}
+
+using RopePartial = RopeFam<peal::RopeType::Default, peal::Layout::HalfSplit, 16, 50>;
+using RopeYarn = RopeFam<peal::RopeType::Yarn, peal::Layout::Interleaved, 16>;
+
+}  // namespace
+
+TEST_CASE("encode backward: compositions and a basis change", "[encode_backward]") {
+  check_family<MixedFam, true>(-3, 3);
+  check_family<NestedFam>(-3, 3);
+  check_family<BasisChangeFam>(-3, 3);
+}
+
+TEST_CASE("encode backward: presets at their positions", "[encode_backward]") {
+  check_family<RopePartial, true>(1.7e9, 1.7e9 + 4096);  // near 1.7e9 (Unix time in seconds)
+  check_family<RopeYarn>(0, 131072);
+  check_family<XposFam, true>(0, 4096);
+  check_family<RetNetFam<1>>(0, 500);
+  check_family<AlibiFam>(0, 8192);
+}
+
+TEST_CASE("encode backward: the parameter gradient is the derivative of the loss",
+          "[encode_backward]") {
+  for (Side side : {Side::query, Side::key}) {
+    check_loss_difference<MixedFam>(side, -3, 3);
+    check_loss_difference<BasisChangeFam>(side, -2, 2, 5);  // a fifth of its 336, per side
+    check_loss_difference<RopePartial>(side, 1.7e9, 1.7e9 + 64);
+    check_loss_difference<AlibiFam>(side, 0, 1000);
+  }
+}
+
+TEST_CASE("encode backward: in place, accumulation, dq skipped", "[encode_backward]") {
+  auto s = Setup<MixedFam, float>::make(6, 3, -2, 2, 31);
+  const int n = s.dim, P = peal::parameter_count(s.enc);
+  const peal::Positions pos(s.pos);
+  std::vector<float> out(s.g.size()), inplace = s.g;
+  std::vector<double> g1(std::size_t(P), 0.0), g2(std::size_t(P), 0.0), t1(6, 0.0);
+  peal::encode_keys_backward(s.enc, s.view(s.x), pos, s.view(s.g),
+                             TensorView<float>(out.data(), 6, 3, n), {&g1, &t1});
+  TensorView<float> io(inplace.data(), 6, 3, n);
+  peal::encode_keys_backward(s.enc, s.view(s.x), pos, io, io, {&g2});
+  CHECK(out == inplace);  // bitwise
+  CHECK(g1 == g2);
+  // Gradients are added to: over one token each entry receives one sum, so a second call
+  // doubles it exactly (0 + c = c, c + c = 2c).
+  const TensorView<const float> x1(s.x.data(), 1, 3, n), d1(s.g.data(), 1, 3, n);
+  const peal::Positions p1(s.pos.data(), 1);
+  std::vector<double> once(std::size_t(P), 0.0), t2(1, 0.0);
+  peal::encode_keys_backward(s.enc, x1, p1, d1, TensorView<float>(), {&once, &t2});
+  std::vector<double> twice = once, tt = t2;
+  peal::encode_keys_backward(s.enc, x1, p1, d1, TensorView<float>(), {&twice, &tt});
+  for (int k = 0; k < P; ++k) CHECK(twice[std::size_t(k)] == 2 * once[std::size_t(k)]);
+  CHECK(tt[0] == 2 * t2[0]);
+  // A sequence of positions gives what its span gives.
+  std::vector<double> seq;
+  for (int i = 0; i < 6; ++i) seq.push_back(3.5 + 0.25 * i);
+  std::vector<float> a(s.g.size()), b(s.g.size());
+  std::vector<double> ga(std::size_t(P), 0.0), gb(std::size_t(P), 0.0);
+  peal::encode_queries_backward(s.enc, s.view(s.x), peal::Positions(seq), s.view(s.g),
+                                TensorView<float>(a.data(), 6, 3, n), {&ga});
+  peal::encode_queries_backward(s.enc, s.view(s.x), peal::Positions::sequence(3.5, 0.25),
+                                s.view(s.g), TensorView<float>(b.data(), 6, 3, n), {&gb});
+  CHECK(a == b);
+  CHECK(ga == gb);
+}
+
+TEST_CASE("encode backward: strided rows take the staged path, same gradients",
+          "[encode_backward]") {
+  // RoPE over contiguous rows reads the storage directly (the pair sums of derivatives.hpp);
+  // over an element stride of 2 it stages each token in double (the bilinear forms). Both sum
+  // the same products in another order: |a − b| <= 2 N eps Σ|terms| (N = tokens x heads x d
+  // products per entry, first order), Σ|terms| <= (1 + |t|) Σ |q| |g| per token.
+  auto s = Setup<RopeFam<peal::RopeType::Default, peal::Layout::Interleaved, 16>, float>::make(
+      6, 3, 0, 5000, 51);
+  const int n = s.dim, P = peal::parameter_count(s.enc);
+  std::vector<float> xs(2 * s.x.size()), gs(2 * s.g.size());
+  for (std::size_t i = 0; i < s.x.size(); ++i) xs[2 * i] = s.x[i], gs[2 * i] = s.g[i];
+  const peal::Strides st{2 * 3 * n, 2 * n, 2};
+  const TensorView<const float> xv(xs.data(), 6, 3, n, st), gv(gs.data(), 6, 3, n, st);
+  std::vector<double> a(std::size_t(P), 0.0), b(std::size_t(P), 0.0), ta(6, 0.0), tb(6, 0.0);
+  peal::encode_queries_backward(s.enc, s.view(s.x), peal::Positions(s.pos), s.view(s.g),
+                                TensorView<float>(), {&a, &ta});
+  peal::encode_queries_backward(s.enc, xv, peal::Positions(s.pos), gv, TensorView<float>(), {&b, &tb});
+  LD mag = 0;
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 3 * n; ++j)
+      mag += (1 + std::abs(LD(s.pos[std::size_t(i)]))) *
+             std::abs(LD(s.x[std::size_t(i * 3 * n + j)]) * LD(s.g[std::size_t(i * 3 * n + j)]));
+  const LD tol = 2 * 6 * 3 * n * Tol<double>::eps * mag;
+  for (int k = 0; k < P; ++k) CHECK(std::abs(LD(a[std::size_t(k)]) - LD(b[std::size_t(k)])) <= tol);
+  for (int i = 0; i < 6; ++i) CHECK(std::abs(LD(ta[std::size_t(i)]) - LD(tb[std::size_t(i)])) <= tol);
+}
+
+TEST_CASE("encode backward: bad input throws and writes nothing", "[encode_backward]") {
+  auto s = Setup<MixedFam, double>::make(4, 2, -2, 2, 41);
+  const int n = s.dim, P = peal::parameter_count(s.enc);
+  const peal::Positions pos(s.pos);
+  std::vector<double> out(s.x.size(), 7.0), gp(std::size_t(P), 0.0), gt(4, 0.0);
+  TensorView<double> o(out.data(), 4, 2, n);
+  auto untouched = [&] {
+    for (double v : out) CHECK(v == 7.0);
+    for (double v : gp) CHECK(v == 0.0);
+    for (double v : gt) CHECK(v == 0.0);
+  };
+  using peal::invalid_argument;
+  // Extents: the gradient of the encoded rows, dq, the dimension.
+  CHECK_THROWS_AS(peal::encode_queries_backward(s.enc, s.view(s.x), pos,
+                                                TensorView<const double>(s.g.data(), 4, 1, n), o,
+                                                {&gp, &gt}),
+                  invalid_argument);
+  CHECK_THROWS_AS(peal::encode_queries_backward(s.enc, s.view(s.x), pos, s.view(s.g),
+                                                TensorView<double>(out.data(), 2, 2, n), {&gp}),
+                  invalid_argument);
+  // Gradient vectors of the wrong size.
+  std::vector<double> short_p(std::size_t(P - 1)), short_t(3);
+  CHECK_THROWS_AS(peal::encode_keys_backward(s.enc, s.view(s.x), pos, s.view(s.g), o, {&short_p}),
+                  invalid_argument);
+  CHECK_THROWS_AS(peal::encode_keys_backward(s.enc, s.view(s.x), pos, s.view(s.g), o,
+                                             {&gp, &short_t}),
+                  invalid_argument);
+  // Positions: count and NaN.
+  std::vector<double> bad = s.pos;
+  bad[2] = std::nan("");
+  CHECK_THROWS_AS(peal::encode_queries_backward(s.enc, s.view(s.x), peal::Positions(bad),
+                                                s.view(s.g), o, {&gp, &gt}),
+                  invalid_argument);
+  CHECK_THROWS_AS(peal::encode_queries_backward(s.enc, s.view(s.x),
+                                                peal::Positions(s.pos.data(), 3), s.view(s.g), o,
+                                                {&gp}),
+                  invalid_argument);
+  // dq over the input q, and dq partly over the gradient of the encoded rows.
+  std::vector<double> xs = s.x;
+  TensorView<double> xv(xs.data(), 4, 2, n);
+  CHECK_THROWS_AS(peal::encode_queries_backward(s.enc, xv, pos, s.view(s.g), xv, {&gp}),
+                  invalid_argument);
+  std::vector<double> big(s.g.size() + 1);
+  TensorView<double> g0(big.data(), 4, 2, n), g1(big.data() + 1, 4, 2, n);
+  CHECK_THROWS_AS(peal::encode_queries_backward(s.enc, s.view(s.x), pos, g0, g1, {&gp}),
+                  invalid_argument);
+  CHECK(xs == s.x);
+  untouched();
+}
