@@ -24,6 +24,8 @@ using MLD = peal::Matrix<LD>;
 
 inline LD max_abs(const MLD& m) { return m.size() ? m.cwiseAbs().maxCoeff() : LD(0); }
 
+// (‖P‖∞ ‖P⁻¹‖∞)²: the max-norm bounds here use the ∞-norm condition number (property_suite.hpp's
+// basis_kappa is the Frobenius one, for its Frobenius bounds), squared for P A_J P⁻¹.
 template <class E>
 LD kappa2(const E&) {
   return 1;

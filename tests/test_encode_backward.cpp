@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "derivative_check.hpp"
 #include "families.hpp"
 #include "tolerances.hpp"
 
@@ -31,18 +32,8 @@ using MLD = peal::Matrix<LD>;
 using peal::Index;
 using peal::TensorView;
 
-LD max_abs(const MLD& m) { return m.size() ? m.cwiseAbs().maxCoeff() : LD(0); }
-
-template <class E>
-LD kappa2(const E&) {
-  return 1;
-}
-template <class I>
-LD kappa2(const peal::BasisChange<I>& b) {
-  const LD k = LD(b.P().cwiseAbs().rowwise().sum().maxCoeff()) *
-               LD(b.P_inverse().cwiseAbs().rowwise().sum().maxCoeff());
-  return k * k;
-}
+using peal_test::derivative_check::kappa2;   // (‖P‖∞ ‖P⁻¹‖∞)², 1 without a basis change
+using peal_test::derivative_check::max_abs;
 
 template <class T>
 LD ld(T x) {
@@ -222,8 +213,26 @@ void check_loss_difference(Side side, double lo, double hi, int sample = 1) {
     }
     return sum;
   };
-  LD tmax = 0;
-  for (double p : s.pos) tmax = std::max(tmax, LD(std::abs(p)));
+  // The bound of test_derivatives.cpp (Tol<double>::derivative_tol) over the loss's terms:
+  // m = Σ_i Σ_h |x|₁ |g|₁ (1 + |τ_i|) κ² ‖A(τ_i)‖ for the closed form (plus the sum over the
+  // tokens and heads in double), a = Σ_i Σ_h |x|₁ |g|₁ κ² ‖A(τ_i)‖ for the stencil's rounding.
+  LD tmax = 0, m = 0, a = 0, xmax = 0;
+  const LD k2 = kappa2(s.twin), xn = max_abs(MLD(s.twin.generator()));
+  for (int i = 0; i < s.tokens; ++i) {
+    const LD p = LD(s.pos[std::size_t(i)]), tau = side == Side::query ? p : -p;
+    const LD am = max_abs(MLD(s.twin.A(tau)));
+    LD xg = 0;
+    for (int h = 0; h < s.heads; ++h) {
+      LD xs = 0, gs = 0;
+      for (int j = 0; j < n; ++j) xs += std::abs(LD(s.x[std::size_t((i * s.heads + h) * n + j)])),
+                                  gs += std::abs(LD(s.g[std::size_t((i * s.heads + h) * n + j)]));
+      xg += xs * gs;
+    }
+    tmax = std::max(tmax, std::abs(p));
+    m += xg * (1 + std::abs(tau)) * k2 * am;
+    a += xg * k2 * am;
+    xmax = std::max(xmax, xn * std::abs(tau) * n);
+  }
   for (int k = side == Side::query ? 0 : sample / 2; k < P; k += sample) {
     const std::size_t kk = std::size_t(k);
     const LD th = std::abs(theta[kk]);
@@ -232,9 +241,11 @@ void check_loss_difference(Side side, double lo, double hi, int sample = 1) {
       return (8 * (loss(kk, hh) - loss(kk, -hh)) - (loss(kk, 2 * hh) - loss(kk, -2 * hh))) / (12 * hh);
     };
     const LD dh = d(h), d2h = d(2 * h);
-    const LD scale = std::max(std::abs(dh), LD(1)) * (1 + tmax);
-    INFO(Fam::name << " parameter " << k << ": " << gp[kk] << " vs " << double(dh));
-    CHECK(std::abs(LD(gp[kk]) - dh) <= 1e-9L * scale + 2 * std::abs(dh - d2h) / 15);
+    const LD tol = Tol<double>::derivative_tol(n, xmax, m, a, h, std::abs(dh - d2h)) +
+                   Tol<double>::roundings(s.tokens * s.heads) * m;
+    INFO(Fam::name << " parameter " << k << ": " << gp[kk] << " vs " << double(dh)
+                   << ", tolerance " << double(tol));
+    CHECK(std::abs(LD(gp[kk]) - dh) <= tol);
   }
 }
 

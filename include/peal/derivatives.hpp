@@ -106,22 +106,25 @@ struct encoding_derivatives<Bank<B>, std::enable_if_t<detail::has_block_paramete
   static void bilinear(const Bank<B>& e, R tau, const detail::RowsRef<R>& U,
                        const detail::RowsRef<R>& V, R* grad, Index stride) {
     if constexpr (kRotations) {
-      rotations(e, tau, U, V, grad, stride);
-      return;
-    }
-    Eigen::Matrix<R, D, Eigen::Dynamic> u(D, U.cols()), v(D, V.cols());
-    for (int i = 0; i < e.size(); ++i) {
-      gather(e, i, U, u), gather(e, i, V, v);
-      BD::bilinear(e.block(i), tau, u, v, grad + i * stride, stride * e.size());
+      rotations(e, tau, U, V, grad, stride, nullptr);
+    } else {
+      Eigen::Matrix<R, D, Eigen::Dynamic> u(D, U.cols()), v(D, V.cols());
+      for (int i = 0; i < e.size(); ++i) {
+        gather(e, i, U, u), gather(e, i, V, v);
+        BD::bilinear(e.block(i), tau, u, v, grad + i * stride, stride * e.size());
+      }
     }
   }
   static R tau_form(const Bank<B>& e, R tau, const detail::RowsRef<R>& U, const detail::RowsRef<R>& V) {
-    if constexpr (kRotations) return rotations(e, tau, U, V, nullptr, 0);
-    Eigen::Matrix<R, D, Eigen::Dynamic> u(D, U.cols()), v(D, V.cols());
     R sum = 0;
-    for (int i = 0; i < e.size(); ++i) {
-      gather(e, i, U, u), gather(e, i, V, v);
-      sum += BD::tau_form(e.block(i), tau, u, v);
+    if constexpr (kRotations) {
+      rotations(e, tau, U, V, nullptr, 0, &sum);
+    } else {
+      Eigen::Matrix<R, D, Eigen::Dynamic> u(D, U.cols()), v(D, V.cols());
+      for (int i = 0; i < e.size(); ++i) {
+        gather(e, i, U, u), gather(e, i, V, v);
+        sum += BD::tau_form(e.block(i), tau, u, v);
+      }
     }
     return sum;
   }
@@ -139,16 +142,16 @@ struct encoding_derivatives<Bank<B>, std::enable_if_t<detail::has_block_paramete
   //   Σ_h uᵀ X A v = g (ω (c S2 − s S1) + a (c S1 + s S2)).
   static constexpr bool kRotations =
       std::is_same<B, RotationBlock<S>>::value && std::is_same<R, double>::value;
-  static R rotations(const Bank<B>& e, R tau, const detail::RowsRef<R>& U,
-                     const detail::RowsRef<R>& V, R* grad, Index stride) {
+  static void rotations(const Bank<B>& e, R tau, const detail::RowsRef<R>& U,
+                        const detail::RowsRef<R>& V, R* grad, Index stride, R* dtau) {
     const bool half = e.layout() == Layout::HalfSplit;
-    return rotation_forms(
+    rotation_forms(
         e, tau,
         [&](double* s1, double* s2) {
           for (Index h = 0; h < U.cols(); ++h)
             pair_sums(U.col(h).data(), V.col(h).data(), e.size(), half, s1, s2);
         },
-        grad, stride);
+        grad, stride, dtau);
   }
 
  public:
@@ -172,11 +175,12 @@ struct encoding_derivatives<Bank<B>, std::enable_if_t<detail::has_block_paramete
       }
     }
   }
-  /// The forms above from the pair sums that sums(s1, s2) accumulates (both zeroed first):
-  /// grad null returns Σ_h uᵀ X A v; else adds the ω and a forms to grad[i·stride] and
-  /// grad[(n + i)·stride] (the bank's parameter layout) and returns 0.
+  /// The forms above from the pair sums that sums(s1, s2) accumulates (both zeroed first), in
+  /// one pass: with grad, adds the ω and a forms to grad[i·stride] and grad[(n + i)·stride]
+  /// (the bank's parameter layout); with dtau, adds Σ_h uᵀ X A v to *dtau.
   template <class Sums>
-  static R rotation_forms(const Bank<B>& e, R tau, Sums&& sums, R* grad, Index stride) {
+  static void rotation_forms(const Bank<B>& e, R tau, Sums&& sums, R* grad, Index stride,
+                             R* dtau) {
     static_assert(kRotations, "rotation_forms: a bank of rotations with double parameters");
     const int n = e.size();
     thread_local std::vector<double> buf;
@@ -191,12 +195,10 @@ struct encoding_derivatives<Bank<B>, std::enable_if_t<detail::has_block_paramete
       if (grad) {  // τ e^{aτ} times each form, exact past the range (detail::mul_exp)
         grad[Index(i) * stride] += a == 0 ? tau * dw : detail::mul_exp(tau * dw, a * tau);
         grad[Index(n + i) * stride] += a == 0 ? tau * da : detail::mul_exp(tau * da, a * tau);
-      } else {
-        const double w = p(i, 0) + p(i, 1);
-        sum += detail::mul_exp(w * dw + a * da, a * tau);
       }
+      if (dtau) sum += detail::mul_exp((p(i, 0) + p(i, 1)) * dw + a * da, a * tau);
     }
-    return sum;
+    if (dtau) *dtau += sum;
   }
 };
 

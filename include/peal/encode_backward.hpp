@@ -122,19 +122,15 @@ void accumulate_rotations(const E& enc, Side side, const TensorView<TX>& x,
           BD::pair_sums(g.vector(i, h), x.vector(i, h), n, half, s1, s2);
       }
     };
-    if (grads.parameters) {
-      if (RR::all_parameters) {
-        BD::rotation_forms(bank, tau, sums, grads.parameters->data(), 1);
-      } else {
-        std::fill(both.begin(), both.end(), R(0));
-        BD::rotation_forms(bank, tau, sums, both.data(), 1);
-        for (int k = 0; k < n; ++k) (*grads.parameters)[std::size_t(k)] += both[std::size_t(k)];
-      }
-    }
-    if (grads.positions) {
-      const R dt = BD::rotation_forms(bank, tau, sums, nullptr, 0);
-      (*grads.positions)[std::size_t(i)] += query ? dt : -dt;
-    }
+    // One pass for the parameter and the position forms (the pair sums and sincos once).
+    R* gp = !grads.parameters ? nullptr
+            : RR::all_parameters ? grads.parameters->data() : both.data();
+    if (grads.parameters && !RR::all_parameters) std::fill(both.begin(), both.end(), R(0));
+    R dt = 0;
+    BD::rotation_forms(bank, tau, sums, gp, 1, grads.positions ? &dt : nullptr);
+    if (grads.parameters && !RR::all_parameters)
+      for (int k = 0; k < n; ++k) (*grads.parameters)[std::size_t(k)] += both[std::size_t(k)];
+    if (grads.positions) (*grads.positions)[std::size_t(i)] += query ? dt : -dt;
   }
 }
 
@@ -177,24 +173,27 @@ void accumulate(const BasisChange<I>& enc, Side side, const TensorView<TX>& x,
   const Index T = x.tokens(), H = x.heads(), D = x.dim();
   using M = Eigen::Matrix<R, Eigen::Dynamic, Eigen::Dynamic>;
   const M P = enc.P().template cast<R>(), Pi = enc.P_inverse().template cast<R>();
+  const M Pt = P.transpose(), PiT = Pi.transpose();  // once, not per token
   const int m = parameter_count(enc.inner());
   M xs(D, H), gs(D, H), x1(D, H), d1(D, H), out(D, H);
   for (Index i = 0; i < T; ++i) {
     load_token(x, i, xs), load_token(g, i, gs);
     const bool query = side == Side::query;
     const R tau = query ? R(pos[i]) : -R(pos[i]);
-    x1.noalias() = query ? M(P.transpose() * xs) : M(Pi * xs);
+    x1.noalias() = (query ? Pt : Pi) * xs;
     d1 = gs;  // A_J(τ) G (queries) or A_J(τ)ᵀ G (keys), column by column
     for (Index h = 0; h < H; ++h) enc.inner().apply(d1.col(h), tau, /*transpose=*/!query);
-    out.noalias() = query ? M(P * d1) : M(Pi.transpose() * d1);
+    out.noalias() = (query ? P : PiT) * d1;
     const M& u = query ? x1 : gs;
     const M& v = query ? gs : x1;
     if (grads.parameters) {
       R* gp = grads.parameters->data();
       encoding_derivatives<I>::bilinear(enc.inner(), tau, u, v, gp, 1);
-      const M gP = query ? M(xs * d1.transpose()) : M(-(out * x1.transpose()));
+      const M& a = query ? xs : out;  // ∂L/∂P += xs d1ᵀ (queries), −out x1ᵀ (keys)
+      const M& b = query ? d1 : x1;
+      const R sign = query ? R(1) : R(-1);
       for (Index r = 0; r < D; ++r)
-        for (Index c = 0; c < D; ++c) gp[m + r * D + c] += gP(r, c);
+        for (Index c = 0; c < D; ++c) gp[m + r * D + c] += sign * a.row(r).dot(b.row(c));
     }
     if (grads.positions) {
       const R dt = encoding_derivatives<I>::tau_form(enc.inner(), tau, u, v);
@@ -211,6 +210,19 @@ template <class E>
 struct is_basis_change : std::false_type {};
 template <class I>
 struct is_basis_change<BasisChange<I>> : std::true_type {};
+
+// An encoding the backward can differentiate: derivatives.hpp states its forms (a basis
+// change through its inner encoding). MultiAxis and PerHead have parameters, no backward yet.
+template <class E>
+constexpr void require_derivatives() {
+  if constexpr (is_basis_change<E>::value)
+    require_derivatives<typename std::decay_t<decltype(std::declval<E>().inner())>>();
+  else
+    static_assert(has_encoding_derivatives<E>::value,
+                  "peal: no encode backward for this encoding type (derivatives.hpp states its "
+                  "forms for blocks with gradient traits, Bank, BlockDiagonal, BasisChange, "
+                  "RopeEncoding; not yet for MultiAxis or PerHead)");
+}
 
 inline std::vector<double> negated(const Positions& pos, Index tokens) {
   std::vector<double> n(std::size_t(tokens > 0 ? tokens : 0));
@@ -255,6 +267,7 @@ void encode_queries_backward(const E& enc, TensorView<TX> q, const Positions& po
                              TensorView<TG> d_encoded, TensorView<TD> dq,
                              EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
   namespace eb = detail::encode_backward;
+  eb::require_derivatives<E>();
   eb::check(enc, q, d_encoded, dq, pos, grads, "encode_queries_backward");
   eb::run(enc, eb::Side::query, detail::ro(q), detail::ro(d_encoded), dq, pos, grads);
 }
@@ -267,6 +280,7 @@ void encode_keys_backward(const E& enc, TensorView<TX> k, const Positions& pos,
                           TensorView<TG> d_encoded, TensorView<TD> dk,
                           EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
   namespace eb = detail::encode_backward;
+  eb::require_derivatives<E>();
   eb::check(enc, k, d_encoded, dk, pos, grads, "encode_keys_backward");
   eb::run(enc, eb::Side::key, detail::ro(k), detail::ro(d_encoded), dk, pos, grads);
 }
