@@ -18,7 +18,8 @@
 //   BM_PealRopeBackward  encode_queries_backward (include/peal/encode_backward.hpp) of the
 //                     HalfSplit RoPE bank, out of place: dq alone (reads G, writes dq: 2
 //                     arrays, as the forward) or with the parameter gradient (reads q and G,
-//                     writes dq: 3 arrays counted).
+//                     writes dq: 3 arrays counted). BM_PealRope_1head and the <·, 1>
+//                     instances: the same on one head, where per-token work dominates.
 //
 // bytes_per_second counts read + write bytes (2 * n * 32 * d * 4). Everything runs on one
 // thread (omp_set_num_threads(1) when built with OpenMP) except BM_PealRope_2threads.
@@ -51,8 +52,8 @@ void set_threads(int n) {
 }
 
 struct Data {
-  Data(benchmark::State& state, bool out_of_place)
-      : n(state.range(0)), d(state.range(1)), elems(std::size_t(n) * kHeads * std::size_t(d)) {
+  Data(benchmark::State& state, bool out_of_place, int heads = kHeads)
+      : n(state.range(0)), d(state.range(1)), elems(std::size_t(n) * std::size_t(heads) * std::size_t(d)) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1, 1);
     src.resize(elems);
@@ -152,17 +153,17 @@ void BM_PealPartial(benchmark::State& state) {
            false);
 }
 
-template <bool WithParameters>
+template <bool WithParameters, int Heads = kHeads>
 void BM_PealRopeBackward(benchmark::State& state) {
   set_threads(1);
-  Data x(state, true);
+  Data x(state, true, Heads);
   const auto enc = rope(int(x.d), peal::Layout::HalfSplit);
   std::vector<float> g = x.src;
   std::reverse(g.begin(), g.end());
   std::vector<double> grad(std::size_t(peal::parameter_count(enc)), 0.0);
   const peal::Positions pos(x.pos);
-  const peal::TensorView<const float> q(x.src.data(), x.n, kHeads, x.d), gv(g.data(), x.n, kHeads, x.d);
-  const peal::TensorView<float> dq(x.dst.data(), x.n, kHeads, x.d);
+  const peal::TensorView<const float> q(x.src.data(), x.n, Heads, x.d), gv(g.data(), x.n, Heads, x.d);
+  const peal::TensorView<float> dq(x.dst.data(), x.n, Heads, x.d);
   for (auto _ : state) {
     if (WithParameters)
       peal::encode_queries_backward(enc, q, pos, gv, dq, {&grad});
@@ -173,6 +174,21 @@ void BM_PealRopeBackward(benchmark::State& state) {
   }
   state.SetBytesProcessed(std::int64_t(state.iterations()) * (WithParameters ? 3 : 2) *
                           std::int64_t(x.elems) * std::int64_t(sizeof(float)));
+}
+
+// The forward it is compared with, on one head (the per-token work, not the bytes, dominates).
+void BM_PealRope_1head(benchmark::State& state) {
+  set_threads(1);
+  Data x(state, true, 1);
+  const auto enc = rope(int(x.d), peal::Layout::HalfSplit);
+  const peal::Positions pos(x.pos);
+  for (auto _ : state) {
+    peal::encode_queries(enc, peal::TensorView<const float>(x.src.data(), x.n, 1, x.d),
+                         peal::TensorView<float>(x.dst.data(), x.n, 1, x.d), pos);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(std::int64_t(state.iterations()) * 2 * std::int64_t(x.elems) *
+                          std::int64_t(sizeof(float)));
 }
 
 // The textbook RoPE: angles in float, one std::cos and std::sin per pair and token and head.
@@ -223,5 +239,12 @@ BENCHMARK(BM_PealRealBank)->Apply(Sizes);
 BENCHMARK(BM_PealPartial)->Apply(Sizes);
 BENCHMARK_TEMPLATE(BM_PealRopeBackward, false)->Apply(Sizes);
 BENCHMARK_TEMPLATE(BM_PealRopeBackward, true)->Apply(Sizes);
+void OneHeadSizes(benchmark::internal::Benchmark* b) {
+  for (int n : {512, 2048}) b->Args({n, 128});
+  b->ArgNames({"n", "d"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_PealRope_1head)->Apply(OneHeadSizes);
+BENCHMARK_TEMPLATE(BM_PealRopeBackward, false, 1)->Apply(OneHeadSizes);
+BENCHMARK_TEMPLATE(BM_PealRopeBackward, true, 1)->Apply(OneHeadSizes);
 
 BENCHMARK_MAIN();
