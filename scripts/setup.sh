@@ -3,12 +3,13 @@
 # (The library itself needs only libeigen3-dev.) clang and its runtime libraries serve the
 # sanitizer, ThreadSanitizer and fuzzing checks (scripts/sanitize.sh, tsan.sh, fuzz.sh);
 # gnuplot-nox (optional) draws docs/pictures (cmake --build build --target peal_pictures);
-# time (GNU time) serves scripts/compile_cost.sh and scripts/time_compile.sh.
+# time (GNU time) serves scripts/compile_cost.sh and scripts/time_compile.sh; lld links the
+# test and example executables (CMakeLists.txt, PEAL_USE_LLD).
 # Set PEAL_SETUP_EXTRA for more packages.
 set -euo pipefail
 
 packages=(g++ cmake make libeigen3-dev catch2 nlohmann-json3-dev libbenchmark-dev
-          libopenblas-dev libomp-dev clang libclang-rt-dev gnuplot-nox time ${PEAL_SETUP_EXTRA:-})
+          libopenblas-dev libomp-dev clang libclang-rt-dev lld gnuplot-nox time ${PEAL_SETUP_EXTRA:-})
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,0 +1,69 @@
+// Eigen's blocked GEMM, GEMV and triangular-solve kernels for float, double and long double,
+// instantiated once for the test executable (tests/kernels/eigen.cpp) and declared extern here,
+// so that the ~60 test TUs stop compiling them each (the fused kernels' GEMM, the references'
+// products and the LU solves of the basis change all reach them). Each is an EIGEN_DONT_INLINE
+// member defined outside its class, which an explicit instantiation declaration suppresses;
+// the blocking sizes (mr, nr, LhsProgress) come from gebp_traits, so the same lines fit every
+// target (-march=native in build/, the baseline in build-asan/). A declaration that names an
+// instantiation no TU uses costs nothing; one the kernels stop using only stops saving time.
+// Written against Eigen 3.4 (Eigen/src/Core/products/GeneralMatrixMatrix.h,
+// GeneralMatrixVector.h, TriangularSolverMatrix.h), as include/peal/detail/eigen_gemm.hpp is.
+// Force-included in every test TU through the precompiled header (tests/CMakeLists.txt).
+#pragma once
+
+#include <Eigen/Core>
+
+namespace peal_test_eigen {
+using Eigen::Index;
+using Eigen::internal::blas_data_mapper;
+using Eigen::internal::const_blas_data_mapper;
+template <class S>
+using Traits = Eigen::internal::gebp_traits<S, S>;
+template <class S, int Order>
+using In = const_blas_data_mapper<S, Index, Order>;
+}  // namespace peal_test_eigen
+
+// The packing and micro-kernels of general_matrix_matrix_product for both storage orders of
+// each operand (peal's A·Bᵀ and A·B, the references' products), then the matrix-vector
+// products and the LU's triangular solves.
+#define PEAL_TEST_EIGEN_KERNELS_OF(EXT, S)                                                        \
+  EXT template struct Eigen::internal::gebp_kernel<                                               \
+      S, S, Eigen::Index, Eigen::internal::blas_data_mapper<S, Eigen::Index, Eigen::ColMajor, 0, 1>, \
+      peal_test_eigen::Traits<S>::mr, peal_test_eigen::Traits<S>::nr, false, false>;              \
+  EXT template struct Eigen::internal::gemm_pack_lhs<                                             \
+      S, Eigen::Index, peal_test_eigen::In<S, Eigen::ColMajor>, peal_test_eigen::Traits<S>::mr,   \
+      peal_test_eigen::Traits<S>::LhsProgress, peal_test_eigen::Traits<S>::LhsPacket4Packing,     \
+      Eigen::ColMajor, false, false>;                                                             \
+  EXT template struct Eigen::internal::gemm_pack_lhs<                                             \
+      S, Eigen::Index, peal_test_eigen::In<S, Eigen::RowMajor>, peal_test_eigen::Traits<S>::mr,   \
+      peal_test_eigen::Traits<S>::LhsProgress, peal_test_eigen::Traits<S>::LhsPacket4Packing,     \
+      Eigen::RowMajor, false, false>;                                                             \
+  EXT template struct Eigen::internal::gemm_pack_rhs<S, Eigen::Index,                             \
+                                                     peal_test_eigen::In<S, Eigen::ColMajor>,     \
+                                                     peal_test_eigen::Traits<S>::nr,              \
+                                                     Eigen::ColMajor, false, false>;              \
+  EXT template struct Eigen::internal::gemm_pack_rhs<S, Eigen::Index,                             \
+                                                     peal_test_eigen::In<S, Eigen::RowMajor>,     \
+                                                     peal_test_eigen::Traits<S>::nr,              \
+                                                     Eigen::RowMajor, false, false>;              \
+  EXT template struct Eigen::internal::general_matrix_vector_product<                             \
+      Eigen::Index, S, peal_test_eigen::In<S, Eigen::ColMajor>, Eigen::ColMajor, false, S,        \
+      peal_test_eigen::In<S, Eigen::RowMajor>, false, 0>;                                         \
+  EXT template struct Eigen::internal::general_matrix_vector_product<                             \
+      Eigen::Index, S, peal_test_eigen::In<S, Eigen::RowMajor>, Eigen::RowMajor, false, S,        \
+      peal_test_eigen::In<S, Eigen::ColMajor>, false, 0>;                                         \
+  EXT template struct Eigen::internal::general_matrix_vector_product<                             \
+      Eigen::Index, S, peal_test_eigen::In<S, Eigen::ColMajor>, Eigen::ColMajor, false, S,        \
+      peal_test_eigen::In<S, Eigen::ColMajor>, false, 0>;                                         \
+  EXT template struct Eigen::internal::triangular_solve_matrix<                                   \
+      S, Eigen::Index, Eigen::OnTheLeft, Eigen::UnitLower, false, Eigen::ColMajor,                \
+      Eigen::ColMajor, 1>;                                                                        \
+  EXT template struct Eigen::internal::triangular_solve_matrix<                                   \
+      S, Eigen::Index, Eigen::OnTheLeft, Eigen::Upper, false, Eigen::ColMajor, Eigen::ColMajor, 1>;
+
+#define PEAL_TEST_EIGEN_KERNELS(EXT)          \
+  PEAL_TEST_EIGEN_KERNELS_OF(EXT, float)      \
+  PEAL_TEST_EIGEN_KERNELS_OF(EXT, double)     \
+  PEAL_TEST_EIGEN_KERNELS_OF(EXT, long double)
+
+PEAL_TEST_EIGEN_KERNELS(extern)

@@ -1,0 +1,7 @@
+// Eigen's GEMM, GEMV and triangular-solve kernels of tests/eigen_kernels.hpp, instantiated once
+// for every test TU that multiplies or solves.
+#include "../eigen_kernels.hpp"
+
+#include <Eigen/Dense>
+
+PEAL_TEST_EIGEN_KERNELS()
