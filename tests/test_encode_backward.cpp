@@ -1,6 +1,7 @@
 // Tests of include/peal/encode_backward.hpp: encode_queries_backward and encode_keys_backward
 // for compositions, a basis change, RoPE (partial rotary, at positions near 1.7e9), xPos, RetNet
-// and ALiBi's Jordan block, float and double storage, irregular positions: dq / dk against
+// and ALiBi's Jordan block, and PerHead (its heads' backward on their
+// slices, bitwise; its loss derivative), float and double storage, irregular positions: dq / dk against
 // F(t)ᵀ G and G(s)ᵀ G of the long double twin, the parameter and position gradients against
 // the dense derivatives of the twin (derivatives.hpp, themselves checked against central
 // differences in test_derivatives.cpp) and, end to end, against a central difference of the
@@ -16,6 +17,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <peal/encode_backward.hpp>
+#include <peal/per_head.hpp>
 #include <random>
 #include <vector>
 
@@ -111,6 +113,30 @@ struct Setup {
   }
 };
 
+// The encoding of head h: the encoding itself, or head h of a PerHead.
+template <class E>
+const E& at(const E& e, int) {
+  return e;
+}
+template <class E>
+const E& at(const peal::PerHead<E>& e, int h) {
+  return e.head(h);
+}
+
+// A family drawn once per head, as a PerHead (RoPE-Mixed: frequencies per head); two heads,
+// the head count of check_loss_difference's rows.
+template <class Fam>
+struct PerHeadOf {
+  static constexpr const char* name = "PerHead";
+  template <class S>
+  static auto build(Draw& d) {
+    using E = decltype(Fam::template build<S>(d));
+    std::vector<E> heads;
+    for (int h = 0; h < 2; ++h) heads.push_back(Fam::template build<S>(d));
+    return peal::PerHead<E>(std::move(heads));
+  }
+};
+
 // One call of the backward of `side`, checked against the long double references.
 template <class Fam, class T>
 void check_backward(Side side, int tokens, int heads, double lo, double hi, std::uint64_t seed) {
@@ -203,8 +229,8 @@ void check_loss_difference(Side side, double lo, double hi, int sample = 1) {
     LD sum = 0;
     for (int i = 0; i < s.tokens; ++i) {
       const LD p = LD(s.pos[std::size_t(i)]);
-      const MLD f = side == Side::query ? MLD(e.F(p)) : MLD(e.G(p));
       for (int h = 0; h < s.heads; ++h) {
+        const MLD f = side == Side::query ? MLD(at(e, h).F(p)) : MLD(at(e, h).G(p));
         peal::Vector<LD> xv(n), gv(n);
         for (int j = 0; j < n; ++j) xv(j) = LD(s.x[std::size_t((i * s.heads + h) * n + j)]),
                                     gv(j) = LD(s.g[std::size_t((i * s.heads + h) * n + j)]);
@@ -216,22 +242,21 @@ void check_loss_difference(Side side, double lo, double hi, int sample = 1) {
   // The bound of test_derivatives.cpp (Tol<double>::derivative_tol) over the loss's terms:
   // m = Σ_i Σ_h |x|₁ |g|₁ (1 + |τ_i|) κ² ‖A(τ_i)‖ for the closed form (plus the sum over the
   // tokens and heads in double), a = Σ_i Σ_h |x|₁ |g|₁ κ² ‖A(τ_i)‖ for the stencil's rounding.
+  // Per head: a PerHead's heads have their own generator, κ and A.
   LD tmax = 0, m = 0, a = 0, xmax = 0;
-  const LD k2 = kappa2(s.twin), xn = max_abs(MLD(s.twin.generator()));
   for (int i = 0; i < s.tokens; ++i) {
     const LD p = LD(s.pos[std::size_t(i)]), tau = side == Side::query ? p : -p;
-    const LD am = max_abs(MLD(s.twin.A(tau)));
-    LD xg = 0;
     for (int h = 0; h < s.heads; ++h) {
+      const auto& e = at(s.twin, h);
+      const LD k2 = kappa2(e), xn = max_abs(MLD(e.generator())), am = max_abs(MLD(e.A(tau)));
       LD xs = 0, gs = 0;
       for (int j = 0; j < n; ++j) xs += std::abs(LD(s.x[std::size_t((i * s.heads + h) * n + j)])),
                                   gs += std::abs(LD(s.g[std::size_t((i * s.heads + h) * n + j)]));
-      xg += xs * gs;
+      m += xs * gs * (1 + std::abs(tau)) * k2 * am;
+      a += xs * gs * k2 * am;
+      xmax = std::max(xmax, xn * std::abs(tau) * n);
     }
     tmax = std::max(tmax, std::abs(p));
-    m += xg * (1 + std::abs(tau)) * k2 * am;
-    a += xg * k2 * am;
-    xmax = std::max(xmax, xn * std::abs(tau) * n);
   }
   for (int k = side == Side::query ? 0 : sample / 2; k < P; k += sample) {
     const std::size_t kk = std::size_t(k);
@@ -275,7 +300,77 @@ TEST_CASE("encode backward: the parameter gradient is the derivative of the loss
     check_loss_difference<BasisChangeFam>(side, -2, 2, 5);  // a fifth of its 336, per side
     check_loss_difference<RopePartial>(side, 1.7e9, 1.7e9 + 64);
     check_loss_difference<AlibiFam>(side, 0, 1000);
+    check_loss_difference<PerHeadOf<MixedFam>>(side, -3, 3);
+    check_loss_difference<PerHeadOf<RopePartial>>(side, 1.7e9, 1.7e9 + 64);
   }
+}
+
+// A PerHead's backward is its heads' backward on their slices: dq per head, the parameter
+// gradient block by block in the layout of parameters(), the position gradient summed over the
+// heads in head order; bitwise, in place and out of place (the heads' backward is checked
+// against the long double references above).
+TEST_CASE("encode backward: one encoding per head (PerHead)", "[encode_backward]") {
+  // Damped rotation banks drawn per head (RoPE-Mixed with a decay): the tuned rotation path.
+  using Fam = PerHeadOf<BankFam<RotationFam, peal::Layout::HalfSplit, 4>>;
+  for (Side side : {Side::query, Side::key}) {
+    auto s = Setup<Fam, float>::make(6, 2, 0, 4096, 31);
+    const int n = s.dim, T = s.tokens, P = peal::parameter_count(s.enc);
+    const peal::Positions pos(s.pos);
+    auto backward = [&](const auto& e, TensorView<const float> x, TensorView<const float> g,
+                        TensorView<float> dx, std::vector<double>* gp, std::vector<double>* gt) {
+      if (side == Side::query)
+        peal::encode_queries_backward(e, x, pos, g, dx, {gp, gt});
+      else
+        peal::encode_keys_backward(e, x, pos, g, dx, {gp, gt});
+    };
+    std::vector<float> dx(s.x.size());
+    std::vector<double> gp(std::size_t(P), 0.0), gt(std::size_t(T), 0.0);
+    backward(s.enc, s.view(s.x), s.view(s.g), TensorView<float>(dx.data(), T, 2, n), &gp, &gt);
+
+    std::vector<double> rp, rt(std::size_t(T), 0.0);
+    for (int h = 0; h < 2; ++h) {
+      std::vector<float> xh, gh;
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j < n; ++j)
+          xh.push_back(s.x[std::size_t((i * 2 + h) * n + j)]),
+              gh.push_back(s.g[std::size_t((i * 2 + h) * n + j)]);
+      std::vector<float> dh(xh.size());
+      std::vector<double> ph(std::size_t(peal::parameter_count(s.enc.head(h))), 0.0);
+      backward(s.enc.head(h), TensorView<const float>(xh.data(), T, 1, n),
+               TensorView<const float>(gh.data(), T, 1, n), TensorView<float>(dh.data(), T, 1, n),
+               &ph, &rt);
+      rp.insert(rp.end(), ph.begin(), ph.end());
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j < n; ++j)
+          CHECK(dx[std::size_t((i * 2 + h) * n + j)] == dh[std::size_t(i * n + j)]);
+    }
+    CHECK(gp == rp);
+    CHECK(gt == rt);
+
+    // In place: dq over the gradient's own view.
+    std::vector<float> g2 = s.g;
+    std::vector<double> gp2(std::size_t(P), 0.0);
+    backward(s.enc, s.view(s.x), TensorView<const float>(g2.data(), T, 2, n),
+             TensorView<float>(g2.data(), T, 2, n), &gp2, nullptr);
+    CHECK(g2 == dx);
+    CHECK(gp2 == gp);
+  }
+  // Whole views are checked before head 0 writes: a view with another head count, and dq
+  // over the gradient shifted by one head (each head's slices alone would not overlap).
+  auto s = Setup<Fam, float>::make(4, 2, 0, 64, 33);
+  const int n = s.dim;
+  const peal::Positions pos(s.pos);
+  std::vector<double> gp(std::size_t(peal::parameter_count(s.enc)), 0.0), gt(4, 0.0);
+  std::vector<float> x3(std::size_t(4 * 3 * n), 1.0f), big(s.g.size() + std::size_t(n), 7.0f);
+  const TensorView<const float> v3(x3.data(), 4, 3, n);
+  CHECK_THROWS_AS(peal::encode_queries_backward(s.enc, v3, pos, v3, TensorView<float>(), {&gp}),
+                  peal::invalid_argument);
+  TensorView<float> g0(big.data(), 4, 2, n), g1(big.data() + n, 4, 2, n);
+  CHECK_THROWS_AS(peal::encode_keys_backward(s.enc, s.view(s.x), pos, g0, g1, {&gp, &gt}),
+                  peal::invalid_argument);
+  for (float v : big) CHECK(v == 7.0f);
+  for (double v : gp) CHECK(v == 0.0);
+  for (double v : gt) CHECK(v == 0.0);
 }
 
 TEST_CASE("encode backward: in place, accumulation, dq skipped", "[encode_backward]") {

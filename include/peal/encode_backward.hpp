@@ -8,7 +8,8 @@
 // (A(−s)ᵀ = F(−s)), so they run the tuned encode kernels (encode.hpp) with their accuracy
 // and speed. The parameter and position gradients are the bilinear forms of derivatives.hpp,
 // summed over heads and then over tokens in token order (deterministic, one thread). A basis
-// change factors A(t − s) as F(t)ᵀ G(s) with F(t) ≠ A(t)ᵀ, and has its own rule (below).
+// change factors A(t − s) as F(t)ᵀ G(s) with F(t) ≠ A(t)ᵀ, and has its own rule (below); a
+// PerHead runs each head's backward on that head's slices (at the end).
 #pragma once
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "derivatives.hpp"
 #include "detail/compiler.hpp"
 #include "encode.hpp"
+#include "per_head.hpp"
 
 namespace peal {
 
@@ -212,7 +214,8 @@ template <class I>
 struct is_basis_change<BasisChange<I>> : std::true_type {};
 
 // An encoding the backward can differentiate: derivatives.hpp states its forms (a basis
-// change through its inner encoding). MultiAxis and PerHead have parameters, no backward yet.
+// change through its inner encoding). PerHead has its own overloads (below); MultiAxis has
+// parameters, no backward yet.
 template <class E>
 constexpr void require_derivatives() {
   if constexpr (is_basis_change<E>::value)
@@ -221,7 +224,7 @@ constexpr void require_derivatives() {
     static_assert(has_encoding_derivatives<E>::value,
                   "peal: no encode backward for this encoding type (derivatives.hpp states its "
                   "forms for blocks with gradient traits, Bank, BlockDiagonal, BasisChange, "
-                  "RopeEncoding; not yet for MultiAxis or PerHead)");
+                  "RopeEncoding, and PerHead of those; not yet for MultiAxis)");
 }
 
 inline std::vector<double> negated(const Positions& pos, Index tokens) {
@@ -283,6 +286,58 @@ void encode_keys_backward(const E& enc, TensorView<TX> k, const Positions& pos,
   eb::require_derivatives<E>();
   eb::check(enc, k, d_encoded, dk, pos, grads, "encode_keys_backward");
   eb::run(enc, eb::Side::key, detail::ro(k), detail::ro(d_encoded), dk, pos, grads);
+}
+
+namespace detail {
+namespace per_head {
+
+// encode_*_backward per head: head h's backward on head h's slices. Its parameter gradient
+// fills head h's block of the layout ("head[h].", parameters.hpp); the position gradient
+// gets every head's share, head by head (deterministic).
+template <bool Query, class E, class TX, class TG, class TD, class R>
+void backward(const PerHead<E>& enc, const TensorView<TX>& x, const Positions& pos,
+              const TensorView<TG>& g, const TensorView<TD>& dx, const EncodeGradients<R>& grads) {
+  namespace eb = encode_backward;
+  const char* where = Query ? "encode_queries_backward" : "encode_keys_backward";
+  require_heads(enc, x, where, "input");
+  // Whole views (extents, overlaps, gradient sizes), before head 0 writes.
+  eb::check(enc, x, g, dx, pos, grads, where);
+  std::vector<R> part;
+  std::size_t offset = 0;
+  for (int h = 0; h < enc.heads(); ++h) {
+    const E& e = enc.head(h);
+    const std::size_t n = std::size_t(parameter_count(e));
+    EncodeGradients<R> gh{nullptr, grads.positions};
+    if (grads.parameters) {
+      part.assign(n, R(0));
+      gh.parameters = &part;
+    }
+    eb::run(e, Query ? eb::Side::query : eb::Side::key, slice(x, h), slice(g, h),
+            dx.empty() ? dx : slice(dx, h), pos, gh);
+    if (grads.parameters)
+      for (std::size_t k = 0; k < n; ++k) (*grads.parameters)[offset + k] += part[k];
+    offset += n;
+  }
+}
+
+}  // namespace per_head
+}  // namespace detail
+
+/// encode_queries_backward / encode_keys_backward per head (1-D positions; the contract of the
+/// functions above): the parameter gradient in the layout of parameters(enc).
+template <class E, class TX, class TG, class TD>
+void encode_queries_backward(const PerHead<E>& enc, TensorView<TX> q, const Positions& pos,
+                             TensorView<TG> d_encoded, TensorView<TD> dq,
+                             EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
+  detail::encode_backward::require_derivatives<E>();
+  detail::per_head::backward<true>(enc, detail::ro(q), pos, detail::ro(d_encoded), dq, grads);
+}
+template <class E, class TX, class TG, class TD>
+void encode_keys_backward(const PerHead<E>& enc, TensorView<TX> k, const Positions& pos,
+                          TensorView<TG> d_encoded, TensorView<TD> dk,
+                          EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
+  detail::encode_backward::require_derivatives<E>();
+  detail::per_head::backward<false>(enc, detail::ro(k), pos, detail::ro(d_encoded), dk, grads);
 }
 
 }  // namespace peal
