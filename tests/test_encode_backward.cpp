@@ -408,7 +408,7 @@ TEST_CASE("encode backward: in place, accumulation, dq skipped", "[encode_backwa
   CHECK(ga == gb);
 }
 
-TEST_CASE("encode backward: strided rows take the staged path, same gradients",
+TEST_CASE("encode backward: strided or mixed-type rows take the staged path, same gradients",
           "[encode_backward]") {
   // RoPE over contiguous rows reads the storage directly (the pair sums of derivatives.hpp);
   // over an element stride of 2 it stages each token in double (the bilinear forms). Both sum
@@ -433,6 +433,14 @@ TEST_CASE("encode backward: strided rows take the staged path, same gradients",
   const LD tol = 2 * 6 * 3 * n * Tol<double>::eps * mag;
   for (int k = 0; k < P; ++k) CHECK(std::abs(LD(a[std::size_t(k)]) - LD(b[std::size_t(k)])) <= tol);
   for (int i = 0; i < 6; ++i) CHECK(std::abs(LD(ta[std::size_t(i)]) - LD(tb[std::size_t(i)])) <= tol);
+  // Rows and gradient in different storage types (float q, double G) take the staged path too
+  // (this call did not compile before the direct path required one type).
+  std::vector<double> gd(s.g.begin(), s.g.end()), c(std::size_t(P), 0.0), tc(6, 0.0);
+  peal::encode_queries_backward(s.enc, s.view(s.x), peal::Positions(s.pos),
+                                TensorView<const double>(gd.data(), 6, 3, n), TensorView<float>(),
+                                {&c, &tc});
+  for (int k = 0; k < P; ++k) CHECK(std::abs(LD(a[std::size_t(k)]) - LD(c[std::size_t(k)])) <= tol);
+  for (int i = 0; i < 6; ++i) CHECK(std::abs(LD(ta[std::size_t(i)]) - LD(tc[std::size_t(i)])) <= tol);
 }
 
 TEST_CASE("encode backward: bad input throws and writes nothing", "[encode_backward]") {

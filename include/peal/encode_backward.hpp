@@ -9,7 +9,8 @@
 // and speed. The parameter and position gradients are the bilinear forms of derivatives.hpp,
 // summed over heads and then over tokens in token order (deterministic, one thread). A basis
 // change factors A(t − s) as F(t)ᵀ G(s) with F(t) ≠ A(t)ᵀ, and has its own rule (below); a
-// PerHead runs each head's backward on that head's slices (at the end).
+// PerHead runs each head's backward on that head's slices, and a MultiAxis (N-D points) each
+// axis's rule on the rows encoded by the other axes (at the end).
 #pragma once
 
 #include <algorithm>
@@ -20,7 +21,9 @@
 #include "derivatives.hpp"
 #include "detail/compiler.hpp"
 #include "encode.hpp"
+#include "multi_axis.hpp"
 #include "per_head.hpp"
+#include "positions_nd.hpp"
 
 namespace peal {
 
@@ -37,9 +40,30 @@ namespace encode_backward {
 
 enum class Side { query, key };
 
-template <class E, class TX, class TG, class TD, class R>
+// Checks the positions; returns the number of position-gradient entries (one per token, or
+// one per token and axis for N-D points).
+template <class E>
+Index check_positions(const E&, const Positions& pos, Index tokens, const char* where) {
+  pos.check(tokens, where);
+  return tokens;
+}
+template <class E>
+int position_axes(const E& enc) {
+  return enc.axes();
+}
+template <class E>
+int position_axes(const PerHead<E>& enc) {
+  return position_axes(enc.head(0));
+}
+template <class E>
+Index check_positions(const E& enc, const PositionsND& pos, Index tokens, const char* where) {
+  pos.check(tokens, position_axes(enc), where);
+  return tokens * pos.axes();
+}
+
+template <class E, class TX, class TG, class TD, class P, class R>
 void check(const E& enc, const TensorView<TX>& x, const TensorView<TG>& g, const TensorView<TD>& dx,
-           const Positions& pos, const EncodeGradients<R>& grads, const char* where) {
+           const P& pos, const EncodeGradients<R>& grads, const char* where) {
   const std::string w(where);
   if (x.tokens() != g.tokens() || x.heads() != g.heads() || x.dim() != g.dim())
     fail(w + ": the input is [" + std::to_string(x.tokens()) + ", " + std::to_string(x.heads()) +
@@ -49,13 +73,15 @@ void check(const E& enc, const TensorView<TX>& x, const TensorView<TG>& g, const
   if (x.dim() != Index(enc.dim()))
     fail(w + ": view has dim " + std::to_string(x.dim()) + ", the encoding acts on size " +
          std::to_string(enc.dim()));
-  pos.check(x.tokens(), where);
+  const Index coords = check_positions(enc, pos, x.tokens(), where);
   if (grads.parameters && grads.parameters->size() != std::size_t(parameter_count(enc)))
     fail(w + ": the parameter gradient has " + std::to_string(grads.parameters->size()) +
          " entries, the encoding " + std::to_string(parameter_count(enc)) + " parameters");
-  if (grads.positions && grads.positions->size() != std::size_t(x.tokens()))
+  if (grads.positions && grads.positions->size() != std::size_t(coords))
     fail(w + ": the position gradient has " + std::to_string(grads.positions->size()) +
-         " entries for " + std::to_string(x.tokens()) + " tokens");
+         " entries for " + std::to_string(x.tokens()) + " tokens" +
+         (coords == x.tokens() ? std::string() : " of " + std::to_string(coords / x.tokens()) +
+                                                     " coordinates (token-major)"));
   if (dx.empty()) return;
   if (dx.tokens() != x.tokens() || dx.heads() != x.heads() || dx.dim() != x.dim())
     fail(w + ": the input gradient view must have the extents of the input");
@@ -140,7 +166,8 @@ template <class E, class TX, class TG, class R>
 void accumulate(const E& enc, Side side, const TensorView<TX>& x, const TensorView<TG>& g,
                 const Positions& pos, const EncodeGradients<R>& grads) {
   if (!grads.parameters && !grads.positions) return;
-  if constexpr (rotation_rows<E>::value) {
+  if constexpr (rotation_rows<E>::value &&
+                std::is_same<std::remove_cv_t<TX>, std::remove_cv_t<TG>>::value) {
     if (x.strides().elem == 1 && g.strides().elem == 1)
       return accumulate_rotations(enc, side, x, g, pos, grads);
   }
@@ -213,18 +240,26 @@ struct is_basis_change : std::false_type {};
 template <class I>
 struct is_basis_change<BasisChange<I>> : std::true_type {};
 
+template <class E>
+struct is_multi_axis : std::false_type {};
+template <class E>
+struct is_multi_axis<MultiAxis<E>> : std::true_type {};
+
 // An encoding the backward can differentiate: derivatives.hpp states its forms (a basis
-// change through its inner encoding). PerHead has its own overloads (below); MultiAxis has
-// parameters, no backward yet.
+// change through its inner encoding). PerHead and MultiAxis have their own overloads (below);
+// a MultiAxis reaching the 1-D overload was given 1-D positions.
 template <class E>
 constexpr void require_derivatives() {
-  if constexpr (is_basis_change<E>::value)
+  if constexpr (is_multi_axis<E>::value)
+    static_assert(!is_multi_axis<E>::value,
+                  "peal: the encode backward of a MultiAxis takes N-D points (PositionsND)");
+  else if constexpr (is_basis_change<E>::value)
     require_derivatives<typename std::decay_t<decltype(std::declval<E>().inner())>>();
   else
     static_assert(has_encoding_derivatives<E>::value,
                   "peal: no encode backward for this encoding type (derivatives.hpp states its "
                   "forms for blocks with gradient traits, Bank, BlockDiagonal, BasisChange, "
-                  "RopeEncoding, and PerHead of those; not yet for MultiAxis)");
+                  "RopeEncoding; MultiAxis and PerHead of those)");
 }
 
 inline std::vector<double> negated(const Positions& pos, Index tokens) {
@@ -289,13 +324,129 @@ void encode_keys_backward(const E& enc, TensorView<TX> k, const Positions& pos,
 }
 
 namespace detail {
+namespace multi_axis_backward {
+
+// N-D points (multi_axis.hpp): y = F(p) x = Π_b F_b(p_b) x (queries), y = G(p) x = Π_b G_b(p_b) x
+// (keys). The axes' factors commute (MultiAxis checks it), so for each axis a,
+// y = F_a(p_a) z_a with z_a = Π_{b≠a} F_b(p_b) x, and axis a's parameters and coordinate get
+// the 1-D rule of run() on (z_a, G) at p_a; dq = F(p)ᵀ G = G(−p) G and dk = F(−p) G as in 1-D.
+// z_a is staged in the storage type of G (float for half and bfloat16: the forward's
+// arithmetic, and the rotation banks' direct pair sums of run() read z and G alike) and encoded
+// by the axes' own forward kernels: D (D − 1) encode passes and D parameter passes for D axes.
+template <class TG>
+using stage_t = std::conditional_t<std::is_same<std::remove_cv_t<TG>, double>::value, double, float>;
+
+inline std::vector<double> axis_positions(const PositionsND& pos, Index tokens, int a) {
+  std::vector<double> p(std::size_t(tokens > 0 ? tokens : 0));
+  for (Index i = 0; i < tokens; ++i) p[std::size_t(i)] = pos.is_constant() ? pos(0, a) : pos(i, a);
+  return p;
+}
+
+// The backward once the views, positions and gradient sizes are checked.
+template <class E, class TX, class TG, class TD, class R>
+void run(const MultiAxis<E>& enc, encode_backward::Side side, const TensorView<TX>& x,
+         const TensorView<TG>& g, const TensorView<TD>& dx, const PositionsND& pos,
+         const EncodeGradients<R>& grads) {
+  namespace eb = encode_backward;
+  const Index T = x.tokens(), H = x.heads(), D = x.dim();
+  const int axes = enc.axes();
+  const bool query = side == eb::Side::query;
+  std::vector<std::vector<double>> p(static_cast<std::size_t>(axes));
+  for (int a = 0; a < axes; ++a) p[std::size_t(a)] = axis_positions(pos, T, a);
+  if (grads.parameters || grads.positions) {
+    using Z = stage_t<TG>;
+    std::vector<Z> z(std::size_t(T * H * D));
+    const TensorView<Z> zv(z.data(), T, H, D);
+    std::vector<R> part, dt;
+    std::size_t offset = 0;
+    for (int a = 0; a < axes; ++a) {
+      const E& e = enc.axis(a);
+      for (Index i = 0; i < T; ++i)  // z_a = Π_{b≠a} F_b(p_b) x (G_b for keys)
+        for (Index h = 0; h < H; ++h)
+          for (Index j = 0; j < D; ++j) zv(i, h, j) = Z(to_arith<double>(x(i, h, j)));
+      for (int b = 0; b < axes; ++b) {
+        if (b == a) continue;
+        const Positions pb(p[std::size_t(b)]);
+        if (query)
+          encode_queries(enc.axis(b), zv, pb);
+        else
+          encode_keys(enc.axis(b), zv, pb);
+      }
+      const std::size_t n = std::size_t(parameter_count(e));
+      EncodeGradients<R> ga;
+      if (grads.parameters) part.assign(n, R(0)), ga.parameters = &part;
+      if (grads.positions) dt.assign(std::size_t(T), R(0)), ga.positions = &dt;
+      eb::run(e, side, ro(zv), g, TensorView<TD>(), Positions(p[std::size_t(a)]), ga);
+      if (grads.parameters)
+        for (std::size_t k = 0; k < n; ++k) (*grads.parameters)[offset + k] += part[k];
+      if (grads.positions)
+        for (Index i = 0; i < T; ++i)
+          (*grads.positions)[std::size_t(i * axes + a)] += dt[std::size_t(i)];
+      offset += n;
+    }
+  }
+  if (dx.empty()) return;  // after the parameter passes: dx may be the very view g
+  std::vector<double> neg(std::size_t(T * axes));
+  for (Index i = 0; i < T; ++i)
+    for (int a = 0; a < axes; ++a) neg[std::size_t(i * axes + a)] = -p[std::size_t(a)][std::size_t(i)];
+  const PositionsND np(neg, axes);
+  if (query)
+    encode_keys(enc, g, dx, np);
+  else
+    encode_queries(enc, g, dx, np);
+}
+
+}  // namespace multi_axis_backward
+}  // namespace detail
+
+/// Backward of encode_queries(enc, q, ·, pos) for N-D points (the contract of the 1-D
+/// functions above): grads.positions, if wanted, has tokens × axes entries, token-major
+/// (∂L/∂p_{i,a} at i · axes + a); the parameter gradient is in the layout of parameters(enc)
+/// ("axis[a].").
+template <class E, class TX, class TG, class TD>
+void encode_queries_backward(const MultiAxis<E>& enc, TensorView<TX> q, const PositionsND& pos,
+                             TensorView<TG> d_encoded, TensorView<TD> dq,
+                             EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
+  namespace eb = detail::encode_backward;
+  eb::require_derivatives<E>();
+  eb::check(enc, q, d_encoded, dq, pos, grads, "encode_queries_backward");
+  detail::multi_axis_backward::run(enc, eb::Side::query, detail::ro(q), detail::ro(d_encoded), dq,
+                                   pos, grads);
+}
+/// Backward of encode_keys(enc, k, ·, pos) for N-D points.
+template <class E, class TX, class TG, class TD>
+void encode_keys_backward(const MultiAxis<E>& enc, TensorView<TX> k, const PositionsND& pos,
+                          TensorView<TG> d_encoded, TensorView<TD> dk,
+                          EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
+  namespace eb = detail::encode_backward;
+  eb::require_derivatives<E>();
+  eb::check(enc, k, d_encoded, dk, pos, grads, "encode_keys_backward");
+  detail::multi_axis_backward::run(enc, eb::Side::key, detail::ro(k), detail::ro(d_encoded), dk,
+                                   pos, grads);
+}
+
+namespace detail {
 namespace per_head {
+
+// One head's backward: 1-D positions through run(), N-D points through MultiAxis's.
+template <class E, class TX, class TG, class TD, class R>
+void run_head(const E& e, encode_backward::Side side, const TensorView<TX>& x,
+              const TensorView<TG>& g, const TensorView<TD>& dx, const Positions& pos,
+              const EncodeGradients<R>& grads) {
+  encode_backward::run(e, side, x, g, dx, pos, grads);
+}
+template <class E, class TX, class TG, class TD, class R>
+void run_head(const MultiAxis<E>& e, encode_backward::Side side, const TensorView<TX>& x,
+              const TensorView<TG>& g, const TensorView<TD>& dx, const PositionsND& pos,
+              const EncodeGradients<R>& grads) {
+  multi_axis_backward::run(e, side, x, g, dx, pos, grads);
+}
 
 // encode_*_backward per head: head h's backward on head h's slices. Its parameter gradient
 // fills head h's block of the layout ("head[h].", parameters.hpp); the position gradient
 // gets every head's share, head by head (deterministic).
-template <bool Query, class E, class TX, class TG, class TD, class R>
-void backward(const PerHead<E>& enc, const TensorView<TX>& x, const Positions& pos,
+template <bool Query, class E, class TX, class TG, class TD, class P, class R>
+void backward(const PerHead<E>& enc, const TensorView<TX>& x, const P& pos,
               const TensorView<TG>& g, const TensorView<TD>& dx, const EncodeGradients<R>& grads) {
   namespace eb = encode_backward;
   const char* where = Query ? "encode_queries_backward" : "encode_keys_backward";
@@ -312,8 +463,8 @@ void backward(const PerHead<E>& enc, const TensorView<TX>& x, const Positions& p
       part.assign(n, R(0));
       gh.parameters = &part;
     }
-    eb::run(e, Query ? eb::Side::query : eb::Side::key, slice(x, h), slice(g, h),
-            dx.empty() ? dx : slice(dx, h), pos, gh);
+    run_head(e, Query ? eb::Side::query : eb::Side::key, slice(x, h), slice(g, h),
+             dx.empty() ? dx : slice(dx, h), pos, gh);
     if (grads.parameters)
       for (std::size_t k = 0; k < n; ++k) (*grads.parameters)[offset + k] += part[k];
     offset += n;
@@ -323,8 +474,8 @@ void backward(const PerHead<E>& enc, const TensorView<TX>& x, const Positions& p
 }  // namespace per_head
 }  // namespace detail
 
-/// encode_queries_backward / encode_keys_backward per head (1-D positions; the contract of the
-/// functions above): the parameter gradient in the layout of parameters(enc).
+/// encode_queries_backward / encode_keys_backward per head (the contract of the functions
+/// above, 1-D positions or N-D points): the parameter gradient in the layout of parameters(enc).
 template <class E, class TX, class TG, class TD>
 void encode_queries_backward(const PerHead<E>& enc, TensorView<TX> q, const Positions& pos,
                              TensorView<TG> d_encoded, TensorView<TD> dq,
@@ -335,6 +486,20 @@ void encode_queries_backward(const PerHead<E>& enc, TensorView<TX> q, const Posi
 template <class E, class TX, class TG, class TD>
 void encode_keys_backward(const PerHead<E>& enc, TensorView<TX> k, const Positions& pos,
                           TensorView<TG> d_encoded, TensorView<TD> dk,
+                          EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
+  detail::encode_backward::require_derivatives<E>();
+  detail::per_head::backward<false>(enc, detail::ro(k), pos, detail::ro(d_encoded), dk, grads);
+}
+template <class E, class TX, class TG, class TD>
+void encode_queries_backward(const PerHead<MultiAxis<E>>& enc, TensorView<TX> q,
+                             const PositionsND& pos, TensorView<TG> d_encoded, TensorView<TD> dq,
+                             EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
+  detail::encode_backward::require_derivatives<E>();
+  detail::per_head::backward<true>(enc, detail::ro(q), pos, detail::ro(d_encoded), dq, grads);
+}
+template <class E, class TX, class TG, class TD>
+void encode_keys_backward(const PerHead<MultiAxis<E>>& enc, TensorView<TX> k,
+                          const PositionsND& pos, TensorView<TG> d_encoded, TensorView<TD> dk,
                           EncodeGradients<real_t<typename E::Scalar>> grads = {}) {
   detail::encode_backward::require_derivatives<E>();
   detail::per_head::backward<false>(enc, detail::ro(k), pos, detail::ro(d_encoded), dk, grads);

@@ -3,7 +3,7 @@
 // then one ordinary encoding. Head h of a [tokens, heads, dim] view is encoded by head(h).
 //
 // The kernels take it like any encoding: encode_queries / encode_keys / shift_keys (and their
-// backward, 1-D positions, in encode_backward.hpp) run each head's kernel on that head's slice
+// backward, in encode_backward.hpp) run each head's kernel on that head's slice
 // of the view (so the view has exactly heads() heads),
 // and scores / attention run the fused 1-D (or N-D) kernel of head h on query head h, its
 // key head h / (Hq / Hk) and its slice of the output, with head h's ALiBi slope, decay and

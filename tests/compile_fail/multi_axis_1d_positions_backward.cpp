@@ -1,6 +1,6 @@
-// Must not compile: encode backward over N-D points is not there yet (docs/gradients.md §5).
-// encode_queries_backward says so with a static_assert naming what it supports, instead of
-// failing deep inside derivatives.hpp (ctest multi_axis_encode_backward_does_not_compile).
+// Must not compile: the encode backward of a MultiAxis takes N-D points (PositionsND); given
+// 1-D Positions, encode_queries_backward says so with a static_assert instead of failing deep
+// inside derivatives.hpp (ctest multi_axis_1d_positions_backward_does_not_compile).
 #include <peal/peal.hpp>
 
 #include <vector>
