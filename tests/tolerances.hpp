@@ -303,6 +303,17 @@ struct Tol {
            eps_out * std::abs(ref) + floor_out + phase(lag) * M;
   }
 
+  // scores_backward (tests/test_scores_backward.cpp), relative to each result's Σ |terms|
+  // (per pair, |W| |q| κ² ‖A(τ)‖ |k|, times 1 + |τ| for a parameter): every term is formed from
+  // the same rebased rows and cross factors as a forward score, so it carries the score's
+  // relative error (2 (d + 16) ρ + extra) ε and the lag / angle term phase(x) (x = |X| times the
+  // largest |position|, four times: t − T, T − S, S − s and the absolute phases of pure
+  // rotations); the sums over pairs, heads and tiles add N roundings (N terms, first order).
+  static long double score_gradient(int d, long double rho, long double extra, long double x,
+                                    long N) {
+    return (2.0L * (d + 16) * rho + extra) * eps + phase(x) + roundings(int(N));
+  }
+
   // ---- attention (tests/conformance_suite.hpp, tests/test_attention.cpp). S is again the
   // arithmetic type C; every bound is against softmax of the long double logits times V.
   //

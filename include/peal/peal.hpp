@@ -39,10 +39,11 @@
 #include "vision_rope.hpp"
 #include "qwen_vl_positions.hpp"
 // Training (docs/gradients.md): the parameters of an encoding as data, the derivatives of
-// A(τ), the backward of encode.
+// A(τ), the backward of encode and of scores.
 #include "parameters.hpp"
 #include "derivatives.hpp"
 #include "encode_backward.hpp"
+#include "scores_backward.hpp"
 // Last: with PEAL_COMPILED (a TU linking peal::compiled) the preset kernels are declared
 // extern here and come from the library (docs/build-cost.md); otherwise this adds nothing.
 #include "compiled.hpp"
