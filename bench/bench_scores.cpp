@@ -26,6 +26,7 @@
 #include <peal/peal.hpp>
 #include <peal/retnet.hpp>
 #include <peal/scores.hpp>
+#include <peal/scores_backward.hpp>
 #include <peal/xpos.hpp>
 #include <random>
 #include <string>
@@ -293,6 +294,64 @@ void paired(benchmark::State& state, const E& enc, ScoreOptions opt) {
   state.counters["GFLOPS"] = 2.0 * double(n) * double(n) * double(d) * kHeads * 1e-9 / tf;
 }
 
+// scores_backward (include/peal/scores_backward.hpp) against the forward scores of the same
+// problem, paired as above: the backward with every gradient of the encoding (dq, dk and the
+// parameters; d_out = the forward's output, float, causal mask), the forward in float.
+// Counters: bwd_over_fwd (median time ratio; the backward does two GEMMs of the forward's size,
+// in double: ~4 at best), GFLOPS of the backward (4 n² d heads / s).
+template <class E>
+void paired_backward(benchmark::State& state, const E& enc) {
+  using clock = std::chrono::steady_clock;
+  const Index n = state.range(0), d = state.range(1);
+  ScoreOptions opt;
+  opt.threads = 1;
+  set_threads(1, 1);
+  Data& D = data(n, d);
+  std::vector<float> out(std::size_t(kHeads * n * n)), dq(D.q.size()), dk(D.k.size());
+  std::vector<double> gp(std::size_t(peal::parameter_count(enc)));
+  const TensorView<const float> q(D.q.data(), n, kHeads, d), k(D.k.data(), n, kHeads, d);
+  const TensorView<float> o(out.data(), kHeads, n, n);
+  peal::scores(enc, q, Positions::sequence(0.0), k, Positions::sequence(0.0), o, opt);
+  for (float& x : out) x = std::tanh(x);  // a bounded upstream gradient
+  auto run_forward = [&] {
+    const auto t0 = clock::now();
+    peal::scores(enc, q, Positions::sequence(0.0), k, Positions::sequence(0.0), o, opt);
+    benchmark::ClobberMemory();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  std::vector<float> ds = out;
+  auto run_backward = [&] {
+    const auto t0 = clock::now();
+    peal::scores_backward(enc, q, Positions::sequence(0.0), k, Positions::sequence(0.0),
+                          TensorView<const float>(ds.data(), kHeads, n, n),
+                          TensorView<float>(dq.data(), n, kHeads, d),
+                          TensorView<float>(dk.data(), n, kHeads, d), opt, {&gp});
+    benchmark::ClobberMemory();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  std::vector<double> ratios, times;
+  bool forward_first = true;
+  for (auto _ : state) {
+    double f, b;
+    if (forward_first) {
+      f = run_forward();
+      b = run_backward();
+    } else {
+      b = run_backward();
+      f = run_forward();
+    }
+    forward_first = !forward_first;
+    ratios.push_back(b / f);
+    times.push_back(b);
+    state.SetIterationTime(b);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  std::sort(times.begin(), times.end());
+  state.counters["bwd_over_fwd"] = ratios[ratios.size() / 2];
+  state.counters["GFLOPS"] = 4.0 * double(n) * double(n) * double(d) * kHeads * 1e-9 /
+                             times[times.size() / 2];
+}
+
 ScoreOptions with_alibi() {
   ScoreOptions o;
   o.alibi_slopes = slopes();
@@ -406,6 +465,15 @@ void reg(const std::string& name, Fn fn, bool naive_only = false) {
   reg_pair("mixed_jordan2", [](benchmark::State& s) { paired(s, mixed(s.range(1)), {}); });
   reg_pair("jordan3", [](benchmark::State& s) { paired(s, jordan3(s.range(1)), {}); });
   reg("jordan3/fused", [](benchmark::State& s) { fused(s, jordan3(s.range(1)), {}); });
+  auto reg_backward = [](const std::string& name, auto fn) {
+    auto* b = benchmark::RegisterBenchmark(("backward/" + name).c_str(), fn);
+    b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+    for (Index n : {512, 2048}) b->Args({n, 128});
+  };
+  reg_backward("rope_interleaved", [](benchmark::State& s) {
+    paired_backward(s, rope(s.range(1), Layout::Interleaved));
+  });
+  reg_backward("mixed_jordan2", [](benchmark::State& s) { paired_backward(s, mixed(s.range(1))); });
   return true;
 }();
 

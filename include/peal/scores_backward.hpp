@@ -21,7 +21,10 @@
 // (no growth, no Jordan chain: RoPE) take anchor 0, so Δ = 0 and q̂ = F(t) q. The epilogue:
 //   ∂L/∂m_h = −Σ_ij dS_ij τ_ij;   ∂L/∂γ_h = Σ_ij W_ij (τ_ij / γ_h) R_ij,  R_ij = q̂_iᵀ A_X(Δ) k̂_j;
 //   ∂L/∂t_i += Σ_j (W_ij ln γ_h R_ij − m_h dS_ij),  ∂L/∂s_j −= the same terms.
-// Arithmetic in double (products by Eigen's GEMM); one thread, deterministic. Not yet: PerHead
+// A_X(Δ) is formed once per tile pair as a dense d x d matrix and applied to the key tile's
+// rows by a GEMM (d / n_I of the pair's work). Arithmetic in double (products by Eigen's GEMM;
+// the rows are converted to double before the encode backward, whose rotation-bank pair sums
+// need one storage type); one thread, deterministic. Not yet: PerHead
 // and N-D points, a float path, threads (docs/gradients.md §5).
 #pragma once
 
@@ -69,7 +72,7 @@ const auto& cross(const BasisChange<I>& e) {
 
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Rows = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
-using ConstRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+using Tile = Eigen::Ref<RowMatrix, 0, Eigen::OuterStride<>>;
 
 // Head h of a [tokens, heads, d] double buffer, rows [b, b + n).
 inline Rows head_rows(std::vector<double>& v, Index b, Index n, Index heads, Index h, Index d) {
@@ -80,6 +83,26 @@ template <class T>
 TensorView<T> token_range(const TensorView<T>& v, Index b, Index n) {
   if (v.empty()) return v;
   return TensorView<T>(v.vector(b, 0), n, v.heads(), v.dim(), v.strides());
+}
+
+// Working memory of a call, kept by the calling thread between calls (fresh allocations of a
+// few MB per call cost more page faults than the arithmetic at n = 512): the encoded key rows
+// and their gradient (nk·Hk·d doubles each), one query tile's (256·Hq·d each), the tile pair's
+// matrices. It grows to the largest call made on the thread and is not released.
+struct Workspace {
+  std::vector<double> khat, dkhat, qhat, dqhat, xbuf;
+  RowMatrix W, raw, kt, u;
+  static Workspace& local() {
+    thread_local Workspace w;
+    return w;
+  }
+};
+inline void at_least(std::vector<double>& v, Index n) {
+  if (Index(v.size()) < n) v.resize(std::size_t(n));
+}
+inline void at_least(RowMatrix& m, Index rows, Index cols) {
+  if (m.rows() < rows || m.cols() < cols)
+    m.resize(std::max(rows, Index(m.rows())), std::max(cols, Index(m.cols())));
 }
 
 template <class R>
@@ -153,14 +176,19 @@ class Run {
                                                      L::poly_budget);
     qp_ = plan(tq, nq_, 256, h, pure);
     kp_ = plan(tk, nk_, 512, h, pure);
+    at_least(ws_.W, qp_.max_rows, kp_.max_rows);
+    if (!opt.decay.empty()) at_least(ws_.raw, qp_.max_rows, kp_.max_rows);
+    at_least(ws_.kt, kp_.max_rows, d_);
+    at_least(ws_.u, kp_.max_rows, d_);
   }
 
   void run() {
-    khat_.assign(std::size_t(nk_ * Hk_ * d_), 0.0);
-    dkhat_.assign(khat_.size(), 0.0);
-    for (Index J = 0; J < kp_.size(); ++J) encode_tile(/*query=*/false, J, khat_);
+    at_least(ws_.khat, nk_ * Hk_ * d_);  // every row written by encode_tile
+    at_least(ws_.dkhat, nk_ * Hk_ * d_);
+    std::fill(ws_.dkhat.begin(), ws_.dkhat.begin() + nk_ * Hk_ * d_, 0.0);
+    for (Index J = 0; J < kp_.size(); ++J) encode_tile(/*query=*/false, J, ws_.khat);
     for (Index I = 0; I < qp_.size(); ++I) query_tile(I);
-    for (Index J = 0; J < kp_.size(); ++J) backward_tile(/*query=*/false, J, dkhat_);
+    for (Index J = 0; J < kp_.size(); ++J) backward_tile(/*query=*/false, J, ws_.dkhat);
   }
 
  private:
@@ -196,20 +224,27 @@ class Run {
     std::vector<R>* pos_out = query ? g_.query_positions : g_.key_positions;
     EncodeGradients<R> eg{g_.parameters, pos_out ? &dpos : nullptr};
     const TensorView<const double> dv(dbuf.data() + off * H * d_, n, H, d_);
+    // The rows in double, as dv: the rotation banks' direct pair sums need one storage type.
+    at_least(ws_.xbuf, n * H * d_);
+    const TensorView<double> xv(ws_.xbuf.data(), n, H, d_);
+    for (Index r = 0; r < n; ++r)
+      for (Index h = 0; h < H; ++h)
+        for (Index e = 0; e < d_; ++e)
+          xv(r, h, e) = query ? scores_kernels::to_arith<double>(q_(b + r, h, e))
+                              : scores_kernels::to_arith<double>(k_(b + r, h, e));
     if (query)
-      encode_queries_backward(enc_, token_range(q_, b, n), Positions(rel), dv,
-                              token_range(dq_, b, n), eg);
+      encode_queries_backward(enc_, ro(xv), Positions(rel), dv, token_range(dq_, b, n), eg);
     else
-      encode_keys_backward(enc_, token_range(k_, b, n), Positions(rel), dv,
-                           token_range(dk_, b, n), eg);
+      encode_keys_backward(enc_, ro(xv), Positions(rel), dv, token_range(dk_, b, n), eg);
     add_to(pos_out, b, dpos);
   }
 
   void query_tile(Index I) {
     const Index ib = qp_.begin[std::size_t(I)], ni = qp_.rows(I);
-    qhat_.assign(std::size_t(ni * Hq_ * d_), 0.0);
-    dqhat_.assign(qhat_.size(), 0.0);
-    encode_tile(/*query=*/true, I, qhat_);
+    at_least(ws_.qhat, ni * Hq_ * d_);
+    at_least(ws_.dqhat, ni * Hq_ * d_);
+    std::fill(ws_.dqhat.begin(), ws_.dqhat.begin() + ni * Hq_ * d_, 0.0);
+    encode_tile(/*query=*/true, I, ws_.qhat);
     double tmax = tq_[ib];
     for (Index r = 1; r < ni; ++r) tmax = std::max(tmax, tq_[ib + r]);
     for (Index J = 0; J < kp_.size(); ++J) {
@@ -219,7 +254,7 @@ class Run {
       if (opt_.causal && smin > tmax) continue;  // every pair masked
       pair(I, J);
     }
-    backward_tile(/*query=*/true, I, dqhat_);
+    backward_tile(/*query=*/true, I, ws_.dqhat);
   }
 
   // One query tile against one key tile, every head.
@@ -231,20 +266,25 @@ class Run {
     const bool want_pos = g_.query_positions || g_.key_positions;
     const bool want_r = !opt_.decay.empty() && (g_.decay || want_pos);
     const bool want_bias = !opt_.alibi_slopes.empty() && (g_.alibi_slopes || want_pos);
-    RowMatrix W(ni, nj), kt(nj, d_), u(nj, d_);
+    auto W = ws_.W.topLeftCorner(ni, nj);
+    auto kt = ws_.kt.topLeftCorner(nj, d_);
+    auto u = ws_.u.topLeftCorner(nj, d_);
+    RowMatrix ax;
+    if (shifted) ax = cross(enc_).A(real_t<typename E::Scalar>(delta)).template cast<double>();
     for (Index kh = 0; kh < Hk_; ++kh) {
-      const Rows kh_rows = head_rows(khat_, jb, nj, Hk_, kh, d_);
-      kt = kh_rows;  // k̃_j = A_X(Δ) k̂_j
-      if (shifted)
-        for (Index c = 0; c < nj; ++c) apply_row(kt.row(c), delta, false);
+      const Rows kh_rows = head_rows(ws_.khat, jb, nj, Hk_, kh, d_);
+      if (shifted)  // rows k̃_jᵀ = k̂_jᵀ A_X(Δ)ᵀ
+        kt.noalias() = kh_rows * ax.transpose();
+      else
+        kt = kh_rows;
       u.setZero();
       for (Index h = kh * G_; h < (kh + 1) * G_; ++h) {
-        const Rows qh = head_rows(qhat_, 0, ni, Hq_, h, d_);
+        const Rows qh = head_rows(ws_.qhat, 0, ni, Hq_, h, d_);
         weights(h, ib, ni, jb, nj, W);
-        head_rows(dqhat_, 0, ni, Hq_, h, d_).noalias() += W * kt;
+        head_rows(ws_.dqhat, 0, ni, Hq_, h, d_).noalias() += W * kt;
         u.noalias() += W.transpose() * qh;
-        if (want_r || want_bias)
-          epilogue(h, ib, ni, jb, nj, W, want_r ? RowMatrix(qh * kt.transpose()) : RowMatrix());
+        if (want_r) ws_.raw.topLeftCorner(ni, nj).noalias() = qh * kt.transpose();
+        if (want_r || want_bias) epilogue(h, ib, ni, jb, nj, W, want_r);
       }
       if (shifted && g_.parameters) {  // ∂A_X(Δ)/∂θ: Σ_j u_jᵀ ∂A_X(Δ) k̂_j
         const Eigen::Matrix<R, Eigen::Dynamic, Eigen::Dynamic> U = u.transpose().template cast<R>(),
@@ -252,21 +292,15 @@ class Run {
         encoding_derivatives<std::decay_t<decltype(cross(enc_))>>::bilinear(
             cross(enc_), R(delta), U, V, g_.parameters->data(), 1);
       }
-      if (shifted)
-        for (Index c = 0; c < nj; ++c) apply_row(u.row(c), delta, true);
-      head_rows(dkhat_, jb, nj, Hk_, kh, d_) += u;
+      if (shifted)  // rows (A_X(Δ)ᵀ u_j)ᵀ = u_jᵀ A_X(Δ)
+        head_rows(ws_.dkhat, jb, nj, Hk_, kh, d_).noalias() += u * ax;
+      else
+        head_rows(ws_.dkhat, jb, nj, Hk_, kh, d_) += u;
     }
   }
 
-  template <class Row>
-  void apply_row(Row&& row, double delta, bool transpose) const {
-    Vector<double> v = row.transpose();
-    cross(enc_).apply(v, real_t<typename E::Scalar>(delta), transpose);
-    row = v.transpose();
-  }
-
   // W_ij = dS_ij scale γ_h^τ, 0 where masked.
-  void weights(Index h, Index ib, Index ni, Index jb, Index nj, RowMatrix& W) const {
+  void weights(Index h, Index ib, Index ni, Index jb, Index nj, Tile W) const {
     const double lg = opt_.decay.empty() ? 0.0 : std::log(opt_.decay[std::size_t(h)]);
     for (Index r = 0; r < ni; ++r) {
       const double t = tq_[ib + r];
@@ -283,8 +317,7 @@ class Run {
   }
 
   // The ALiBi and decay gradients, and their share of the position gradients.
-  void epilogue(Index h, Index ib, Index ni, Index jb, Index nj, const RowMatrix& W,
-                const RowMatrix& raw) {
+  void epilogue(Index h, Index ib, Index ni, Index jb, Index nj, const Tile& W, bool with_raw) {
     const double m = opt_.alibi_slopes.empty() ? 0.0 : opt_.alibi_slopes[std::size_t(h)];
     const double gamma = opt_.decay.empty() ? 1.0 : opt_.decay[std::size_t(h)];
     const double lg = std::log(gamma);
@@ -298,8 +331,8 @@ class Run {
         const double tau = t - s, dsv = scores_kernels::to_arith<double>(ds_(h, ib + r, jb + c));
         double p = -m * dsv;  // ∂S/∂t of the bias, times dS
         dm -= dsv * tau;
-        if (raw.size()) {
-          const double wr = W(r, c) * raw(r, c);
+        if (with_raw) {
+          const double wr = W(r, c) * ws_.raw(r, c);
           dg += wr * tau / gamma;
           p += wr * lg;
         }
@@ -324,7 +357,7 @@ class Run {
   const ScoresGradients<R>& g_;
   const Index nq_, nk_, Hq_, Hk_, d_, G_;
   scores_kernels::TilePlan qp_, kp_;
-  std::vector<double> khat_, dkhat_, qhat_, dqhat_;
+  Workspace& ws_ = Workspace::local();
 };
 
 }  // namespace scores_backward
