@@ -39,11 +39,12 @@
 #include "vision_rope.hpp"
 #include "qwen_vl_positions.hpp"
 // Training (docs/gradients.md): the parameters of an encoding as data, the derivatives of
-// A(τ), the backward of encode and of scores.
+// A(τ), the backward of encode, scores and attention.
 #include "parameters.hpp"
 #include "derivatives.hpp"
 #include "encode_backward.hpp"
 #include "scores_backward.hpp"
+#include "attention_backward.hpp"
 // Last: with PEAL_COMPILED (a TU linking peal::compiled) the preset kernels are declared
 // extern here and come from the library (docs/build-cost.md); otherwise this adds nothing.
 #include "compiled.hpp"

@@ -1,0 +1,256 @@
+// Backward of attention() (attention.hpp; docs/gradients.md §4), FlashAttention-2's in the
+// encoded frame. The forward, per query head h and query i, over the visible keys j:
+//   y_ij = scale q_iᵀ A(τ) k_j,  x_ij = cap(y_ij) − m_h τ  (cap(y) = c tanh(y / c), or y),
+//   P_ij = exp(x_ij − lse_i),  out_i = Σ_j P_ij v_j,  lse_i = log(e^{σ_h} + Σ_j e^{x_ij}).
+// Given dO = ∂L/∂out and the forward's out and lse (AttentionOptions::lse):
+//   D_i = dO_i · out_i,  dV_j += Σ_i P_ij dO_i,  dP_ij = dO_i · v_j,  dx_ij = P_ij (dP_ij − D_i),
+//   W_ij = ∂L/∂(q_iᵀ A(τ) k_j) = dx_ij cap'(y_ij) scale,  cap'(y) = 1 − (cap(y) / c)²,
+// and W goes through the scores backward's driver (detail/backward_run.hpp: anchored tiles,
+// cross factors, the encode backward at relative positions) into dq, dk, ∂L/∂θ, ∂L/∂t, ∂L/∂s.
+// P is recomputed per tile pair from the same rebased rows (never stored: O(n d) memory).
+// The epilogue's own gradients: ∂L/∂m_h = −Σ dx_ij τ_ij (and −m_h Σ_j dx_ij to ∂L/∂t_i, the
+// opposite to ∂L/∂s_j), ∂L/∂σ_h = −Σ_i e^{σ_h − lse_i} D_i (the sink's share of each row).
+// Masked pairs (causal, window) and rows with lse = −inf (nothing visible) contribute nothing.
+// With keys_encoded (keys stored as G(s) k, pure rotations only) dk is the gradient of those
+// stored rows, and the keys add nothing to θ or s. Arithmetic in double, one thread,
+// deterministic. Not yet: PerHead and N-D points, threads, a float path (docs/gradients.md §5).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "attention.hpp"
+#include "detail/backward_run.hpp"
+#include "detail/overlap.hpp"
+#include "errors.hpp"
+#include "positions.hpp"
+#include "view.hpp"
+
+namespace peal {
+
+/// Where the gradients of attention_backward go (each may be null: not wanted). All are ADDED to.
+template <class R>
+struct AttentionGradients {
+  std::vector<R>* parameters = nullptr;         ///< parameter_count(enc) entries
+  std::vector<R>* query_positions = nullptr;    ///< nq entries
+  std::vector<R>* key_positions = nullptr;      ///< nk entries
+  std::vector<double>* alibi_slopes = nullptr;  ///< Hq entries (opt.alibi_slopes set)
+  std::vector<double>* sinks = nullptr;         ///< Hq entries (opt.sinks set)
+};
+
+namespace detail {
+namespace attention_backward {
+
+namespace br = backward_run;
+
+template <class E, class Tq, class Tk, class Tv, class To, class Tdo, class Tdq, class Tdk,
+          class Tdv, class R>
+void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
+           const Positions& tk, const TensorView<Tv>& v, const TensorView<To>& out,
+           const std::vector<double>& lse, const TensorView<Tdo>& dout, const TensorView<Tdq>& dq,
+           const TensorView<Tdk>& dk, const TensorView<Tdv>& dv, const AttentionOptions& opt,
+           const AttentionGradients<R>& g) {
+  const std::string w = "attention_backward";
+  scores_kernels::check_attention(enc, q, tq, k, tk, v, out, opt);
+  const Index nq = q.tokens(), nk = k.tokens(), Hq = q.heads();
+  if (Index(lse.size()) != nq * Hq)
+    fail(w + ": lse has " + std::to_string(lse.size()) + " entries, expected nq Hq = " +
+         std::to_string(nq * Hq) + " (the forward's AttentionOptions::lse)");
+  auto same_extents = [&](const auto& a, const auto& b, const char* what) {
+    if (a.tokens() != b.tokens() || a.heads() != b.heads() || a.dim() != b.dim())
+      fail(w + ": " + what);
+  };
+  same_extents(dout, out, "d_out must have the extents of out");
+  if (!dq.empty()) same_extents(dq, q, "dq must have the extents of q, or be empty");
+  if (!dk.empty()) same_extents(dk, k, "dk must have the extents of k, or be empty");
+  if (!dv.empty()) same_extents(dv, v, "dv must have the extents of v, or be empty");
+  auto disjoint = [&](const auto& a, const char* name) {
+    if (a.empty()) return;
+    auto apart = [&](const auto& b, const char* other) {
+      if (!b.empty() && may_overlap(a, b)) fail(w + ": " + name + " overlaps " + other);
+    };
+    apart(q, "q"), apart(k, "k"), apart(v, "v"), apart(out, "out"), apart(dout, "d_out");
+  };
+  disjoint(dq, "dq"), disjoint(dk, "dk"), disjoint(dv, "dv");
+  if (!dq.empty() && !dk.empty() && may_overlap(dq, dk)) fail(w + ": dq overlaps dk");
+  if (!dq.empty() && !dv.empty() && may_overlap(dq, dv)) fail(w + ": dq overlaps dv");
+  if (!dk.empty() && !dv.empty() && may_overlap(dk, dv)) fail(w + ": dk overlaps dv");
+  auto size = [&](const auto* x, Index n, const char* what) {
+    if (x && Index(x->size()) != n)
+      fail(w + ": the " + what + " gradient has " + std::to_string(x->size()) +
+           " entries, expected " + std::to_string(n));
+  };
+  size(g.parameters, Index(parameter_count(enc)), "parameter");
+  size(g.query_positions, nq, "query position");
+  size(g.key_positions, nk, "key position");
+  if (g.alibi_slopes && opt.alibi_slopes.empty())
+    fail(w + ": an ALiBi slope gradient was asked for, but the options have no slopes");
+  if (g.sinks && opt.sinks.empty())
+    fail(w + ": a sink gradient was asked for, but the options have no sinks");
+  size(g.alibi_slopes, Hq, "ALiBi slope");
+  size(g.sinks, Hq, "sink");
+}
+
+// The epilogue of attention (detail/backward_run.hpp): P recomputed from the raw score tile,
+// dV, and W = scale cap' P (dP − D); the ALiBi and sink gradients.
+template <class Tv, class To, class Tdo, class R>
+class Epilogue {
+ public:
+  Epilogue(const TensorView<Tv>& v, const TensorView<To>& out, const std::vector<double>& lse,
+           const TensorView<Tdo>& dout, const Positions& tq, const Positions& tk,
+           const AttentionOptions& opt, double scale, const AttentionGradients<R>& g)
+      : lse_(lse), tq_(tq), tk_(tk), opt_(opt), g_(g), nq_(out.tokens()), nk_(v.tokens()),
+        Hq_(out.heads()), Hk_(v.heads()), dv_(v.dim()), scale_(scale) {
+    // dO, V in double (the GEMMs' operands) and D_i = dO_i · out_i.
+    dout_.resize(std::size_t(nq_ * Hq_ * dv_));
+    vd_.resize(std::size_t(nk_ * Hk_ * dv_));
+    dvacc_.assign(vd_.size(), 0.0);
+    D_.assign(std::size_t(nq_ * Hq_), 0.0);
+    for (Index i = 0; i < nq_; ++i)
+      for (Index h = 0; h < Hq_; ++h) {
+        double dsum = 0;
+        for (Index e = 0; e < dv_; ++e) {
+          const double a = scores_kernels::to_arith<double>(dout(i, h, e));
+          dout_[std::size_t((i * Hq_ + h) * dv_ + e)] = a;
+          dsum += a * scores_kernels::to_arith<double>(out(i, h, e));
+        }
+        D_[std::size_t(i * Hq_ + h)] = dsum;
+      }
+    for (Index j = 0; j < nk_; ++j)
+      for (Index h = 0; h < Hk_; ++h)
+        for (Index e = 0; e < dv_; ++e)
+          vd_[std::size_t((j * Hk_ + h) * dv_ + e)] = scores_kernels::to_arith<double>(v(j, h, e));
+  }
+
+  bool skip(double tmin, double tmax, double smin, double smax) const {
+    return (opt_.causal && smin > tmax) || !(tmin - smax < opt_.window);
+  }
+  bool masked(double t, double s) const {
+    return (opt_.causal && s > t) || !(t - s < opt_.window);
+  }
+
+  void weights(Index h, Index kh, Index ib, Index ni, Index jb, Index nj, const br::Rows& qh,
+               const br::Tile& kt, br::Tile W) {
+    br::at_least(P_, ni, nj);
+    br::at_least(dP_, ni, nj);
+    auto P = P_.topLeftCorner(ni, nj);
+    auto dP = dP_.topLeftCorner(ni, nj);
+    W.noalias() = qh * kt.transpose();  // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k
+    const br::Rows dO = br::head_rows(dout_, ib, ni, Hq_, h, dv_);
+    const br::Rows V = br::head_rows(vd_, jb, nj, Hk_, kh, dv_);
+    dP.noalias() = dO * V.transpose();
+    const double c = opt_.softcap, m = opt_.alibi_slopes.empty() ? 0.0 : opt_.alibi_slopes[std::size_t(h)];
+    double dm = 0;
+    for (Index r = 0; r < ni; ++r) {
+      const double t = tq_[ib + r], lse = lse_[std::size_t((ib + r) * Hq_ + h)];
+      const double Di = D_[std::size_t((ib + r) * Hq_ + h)];
+      double dt = 0;
+      for (Index col = 0; col < nj; ++col) {
+        const double s = tk_[jb + col];
+        if (masked(t, s) || lse == -std::numeric_limits<double>::infinity()) {
+          P(r, col) = 0, W(r, col) = 0;
+          continue;
+        }
+        const double y = scale_ * W(r, col), x = c > 0 ? c * std::tanh(y / c) : y;
+        const double tau = t - s, p = std::exp(x - m * tau - lse);
+        const double dx = p * (dP(r, col) - Di);
+        P(r, col) = p;
+        W(r, col) = dx * (c > 0 ? 1 - (x / c) * (x / c) : 1.0) * scale_;
+        dm -= dx * tau;
+        dt -= m * dx;
+        if (g_.key_positions && m != 0) (*g_.key_positions)[std::size_t(jb + col)] += R(m * dx);
+      }
+      if (g_.query_positions && m != 0) (*g_.query_positions)[std::size_t(ib + r)] += R(dt);
+    }
+    if (g_.alibi_slopes) (*g_.alibi_slopes)[std::size_t(h)] += dm;
+    br::head_rows(dvacc_, jb, nj, Hk_, kh, dv_).noalias() += P.transpose() * dO;
+  }
+
+  // ∂L/∂σ_h and dv, once every tile pair is done.
+  template <class Tdv>
+  void finish(const TensorView<Tdv>& dv) const {
+    if (g_.sinks)
+      for (Index h = 0; h < Hq_; ++h) {
+        double ds = 0;
+        for (Index i = 0; i < nq_; ++i) {
+          const double lse = lse_[std::size_t(i * Hq_ + h)];
+          if (lse == -std::numeric_limits<double>::infinity()) continue;
+          ds -= std::exp(opt_.sinks[std::size_t(h)] - lse) * D_[std::size_t(i * Hq_ + h)];
+        }
+        (*g_.sinks)[std::size_t(h)] += ds;
+      }
+    if (!dv.empty())
+      for (Index j = 0; j < nk_; ++j)
+        for (Index h = 0; h < Hk_; ++h)
+          for (Index e = 0; e < dv_; ++e)
+            dv(j, h, e) = from_arith<std::remove_cv_t<Tdv>>(dvacc_[std::size_t((j * Hk_ + h) * dv_ + e)]);
+  }
+
+ private:
+  const std::vector<double>& lse_;
+  const Positions& tq_;
+  const Positions& tk_;
+  const AttentionOptions& opt_;
+  const AttentionGradients<R>& g_;
+  const Index nq_, nk_, Hq_, Hk_, dv_;
+  const double scale_;
+  std::vector<double> dout_, vd_, dvacc_, D_;
+  br::RowMatrix P_, dP_;
+};
+
+}  // namespace attention_backward
+}  // namespace detail
+
+/// Backward of attention(enc, q, tq, k, tk, v, out, opt): d_out = ∂L/∂out [nq, Hq, dv], out and
+/// lse (nq·Hq entries, lse[i·Hq + h]) as the forward returned them with these options. Writes
+/// dq, dk, dv (each may be empty: not wanted; none may overlap an input or another) and ADDS
+/// the gradients asked for in grads. Throws peal::invalid_argument before writing anything on
+/// inconsistent extents, positions, options or gradient sizes, and on keys_encoded for an
+/// encoding that is not a pure rotation.
+template <class E, class Tq, class Tk, class Tv, class To, class Tdo, class Tdq, class Tdk,
+          class Tdv>
+void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
+                        const Positions& tk, TensorView<Tv> v, TensorView<To> out,
+                        const std::vector<double>& lse, TensorView<Tdo> d_out, TensorView<Tdq> dq,
+                        TensorView<Tdk> dk, TensorView<Tdv> dv, const AttentionOptions& opt = {},
+                        AttentionGradients<real_t<typename E::Scalar>> grads = {}) {
+  namespace ab = detail::attention_backward;
+  namespace br = detail::backward_run;
+  detail::encode_backward::require_derivatives<E>();
+  using R = real_t<typename E::Scalar>;
+  ab::check(enc, q, tq, k, tk, v, out, lse, d_out, dq, dk, dv, opt, grads);
+  if (opt.keys_encoded && !detail::scores_kernels::is_pure_rotation<double>(enc))
+    detail::fail("attention_backward: keys_encoded needs a pure rotation (as attention)");
+  if (q.tokens() == 0 || q.heads() == 0) return;
+  using V = TensorView<const std::remove_cv_t<Tv>>;
+  using O = TensorView<const std::remove_cv_t<To>>;
+  using DO = TensorView<const std::remove_cv_t<Tdo>>;
+  const V vr = detail::ro(v);
+  const O outr = detail::ro(out);
+  const DO dor = detail::ro(d_out);
+  using Epi = ab::Epilogue<const std::remove_cv_t<Tv>, const std::remove_cv_t<To>,
+                           const std::remove_cv_t<Tdo>, R>;
+  // The forward's scale (attention.hpp).
+  const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(std::max<Index>(q.dim(), 1)));
+  Epi epi(vr, outr, lse, dor, tq, tk, opt, scale, grads);
+  if (k.tokens() > 0) {
+    const br::Targets<R> targets{grads.parameters, grads.query_positions, grads.key_positions,
+                                 opt.keys_encoded};
+    const auto qr = detail::ro(q);
+    const auto kr = detail::ro(k);
+    br::Run<E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, Tdq, Tdk, R, Epi> run(
+        enc, qr, tq, kr, tk, dq, dk, targets, epi);
+    run.run();
+  } else if (!dq.empty()) {  // no keys: out is 0, nothing reaches q
+    for (Index i = 0; i < q.tokens(); ++i)
+      for (Index h = 0; h < q.heads(); ++h)
+        for (Index e = 0; e < q.dim(); ++e) dq(i, h, e) = detail::from_arith<std::remove_cv_t<Tdq>>(0.0);
+  }
+  epi.finish(dv);
+}
+
+}  // namespace peal
