@@ -42,6 +42,7 @@
 #include <memory>
 #include <peal/alibi.hpp>
 #include <peal/attention.hpp>
+#include <peal/attention_backward.hpp>
 #include <peal/encode.hpp>
 #include <peal/peal.hpp>
 #include <peal/retnet.hpp>
@@ -128,6 +129,45 @@ void BM_prefill(benchmark::State& state, bool causal) {
              {{"", threads, fused}, {"unfused", threads, unfused}, {"gemms", threads, gemms}},
              flops * 1e-9, "GFLOPS");
   state.counters["max_diff"] = diff;
+}
+
+// attention_backward (include/peal/attention_backward.hpp) against its forward, paired: the
+// backward with dq, dk, dv and the RoPE frequencies' gradient from the forward's out and lse
+// (d_out random), and the forward keeping lse. vs_forward = forward time / backward time.
+// GFLOPS counts the backward's five n² d products (FlashAttention-2: S, dP, dV, dQ, dK; half
+// of them causal); the backward computes in double, the forward in float.
+void BM_backward(benchmark::State& state, bool causal) {
+  const Index n = state.range(0), H = kPrefillHeads, d = kDim;
+  PrefillData& D = prefill_data(n);
+  const auto enc = rope_preset();
+  const auto pos = Positions::sequence(0.0);
+  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
+      v(D.v.data(), n, H, d);
+  std::vector<double> lse(std::size_t(n * H));
+  AttentionOptions ao;
+  ao.causal = causal;
+  ao.threads = 1;
+  ao.lse = lse.data();
+  static const std::vector<float> dout = random_floats(std::size_t(n * H * d), 7);
+  std::vector<float> dq(D.q.size()), dk(D.k.size()), dv(D.v.size());
+  std::vector<double> gp(std::size_t(peal::parameter_count(enc)));
+  auto forward = [&] {
+    peal::attention(enc, q, pos, k, pos, v, TensorView<float>(D.out.data(), n, H, d), ao);
+  };
+  forward();
+  AttentionOptions bo = ao;
+  bo.lse = nullptr;
+  const std::vector<double> lse0 = lse;
+  const std::vector<float> out0 = D.out;
+  auto backward = [&] {
+    peal::attention_backward(enc, q, pos, k, pos, v, TensorView<const float>(out0.data(), n, H, d),
+                             lse0, TensorView<const float>(dout.data(), n, H, d),
+                             TensorView<float>(dq.data(), n, H, d),
+                             TensorView<float>(dk.data(), n, H, d),
+                             TensorView<float>(dv.data(), n, H, d), bo, {&gp});
+  };
+  const double flops = 10.0 * double(n) * double(n) * double(d) * double(H) * (causal ? 0.5 : 1.0);
+  paired_run(state, {{"", 1, backward}, {"forward", 1, forward}}, flops * 1e-9, "GFLOPS");
 }
 
 void BM_prefill_threads(benchmark::State& state, bool causal) {
@@ -454,6 +494,11 @@ void BM_fma_peak(benchmark::State& state) {
         ->Arg(512)
         ->Arg(2048);
   }
+  for (bool causal : {false, true})
+    paired(std::string("backward/") + (causal ? "rope_causal" : "rope"),
+           [causal](benchmark::State& s) { BM_backward(s, causal); })
+        ->Arg(512)
+        ->Arg(2048);
   for (bool hm : {false, true})
     for (bool encoded : {false, true})
       paired(std::string("decode/") + (encoded ? "encoded" : "raw") + (hm ? "_headmajor" : ""),

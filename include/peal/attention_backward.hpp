@@ -95,6 +95,17 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
   size(g.sinks, Hq, "sink");
 }
 
+// Working memory of the epilogue, kept by the calling thread between calls (as the driver's,
+// detail/backward_run.hpp): dO and V in double, dV, D and the tile's P, dP, cap'.
+struct Work {
+  std::vector<double> dout, vd, dvacc, D, tcol, srow, lse_h, D_h;
+  br::RowMatrix P, dP, C;
+  static Work& local() {
+    thread_local Work w;
+    return w;
+  }
+};
+
 // The epilogue of attention (detail/backward_run.hpp): P recomputed from the raw score tile,
 // dV, and W = scale cap' P (dP − D); the ALiBi and sink gradients.
 template <class Tv, class To, class Tdo, class R>
@@ -106,24 +117,35 @@ class Epilogue {
       : lse_(lse), tq_(tq), tk_(tk), opt_(opt), g_(g), nq_(out.tokens()), nk_(v.tokens()),
         Hq_(out.heads()), Hk_(v.heads()), dv_(v.dim()), scale_(scale) {
     // dO, V in double (the GEMMs' operands) and D_i = dO_i · out_i.
-    dout_.resize(std::size_t(nq_ * Hq_ * dv_));
-    vd_.resize(std::size_t(nk_ * Hk_ * dv_));
-    dvacc_.assign(vd_.size(), 0.0);
-    D_.assign(std::size_t(nq_ * Hq_), 0.0);
+    br::at_least(w_.dout, nq_ * Hq_ * dv_);
+    br::at_least(w_.vd, nk_ * Hk_ * dv_);
+    br::at_least(w_.dvacc, nk_ * Hk_ * dv_);
+    std::fill(w_.dvacc.begin(), w_.dvacc.begin() + nk_ * Hk_ * dv_, 0.0);
+    br::at_least(w_.D, nq_ * Hq_);
     for (Index i = 0; i < nq_; ++i)
       for (Index h = 0; h < Hq_; ++h) {
         double dsum = 0;
         for (Index e = 0; e < dv_; ++e) {
           const double a = scores_kernels::to_arith<double>(dout(i, h, e));
-          dout_[std::size_t((i * Hq_ + h) * dv_ + e)] = a;
+          w_.dout[std::size_t((i * Hq_ + h) * dv_ + e)] = a;
           dsum += a * scores_kernels::to_arith<double>(out(i, h, e));
         }
-        D_[std::size_t(i * Hq_ + h)] = dsum;
+        w_.D[std::size_t(i * Hq_ + h)] = dsum;
       }
     for (Index j = 0; j < nk_; ++j)
       for (Index h = 0; h < Hk_; ++h)
         for (Index e = 0; e < dv_; ++e)
-          vd_[std::size_t((j * Hk_ + h) * dv_ + e)] = scores_kernels::to_arith<double>(v(j, h, e));
+          w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = scores_kernels::to_arith<double>(v(j, h, e));
+    // Positions, and lse and D head-major, as contiguous arrays for the tile operations.
+    br::at_least(w_.tcol, nq_), br::at_least(w_.srow, nk_);
+    for (Index i = 0; i < nq_; ++i) w_.tcol[std::size_t(i)] = tq[i];
+    for (Index j = 0; j < nk_; ++j) w_.srow[std::size_t(j)] = tk[j];
+    br::at_least(w_.lse_h, nq_ * Hq_), br::at_least(w_.D_h, nq_ * Hq_);
+    for (Index i = 0; i < nq_; ++i)
+      for (Index h = 0; h < Hq_; ++h) {
+        w_.lse_h[std::size_t(h * nq_ + i)] = lse[std::size_t(i * Hq_ + h)];
+        w_.D_h[std::size_t(h * nq_ + i)] = w_.D[std::size_t(i * Hq_ + h)];
+      }
   }
 
   bool skip(double tmin, double tmax, double smin, double smax) const {
@@ -133,41 +155,77 @@ class Epilogue {
     return (opt_.causal && s > t) || !(t - s < opt_.window);
   }
 
+  // Whole-tile array operations (Eigen's vectorised exp and tanh); masks and empty rows after.
   void weights(Index h, Index kh, Index ib, Index ni, Index jb, Index nj, const br::Rows& qh,
                const br::Tile& kt, br::Tile W) {
-    br::at_least(P_, ni, nj);
-    br::at_least(dP_, ni, nj);
-    auto P = P_.topLeftCorner(ni, nj);
-    auto dP = dP_.topLeftCorner(ni, nj);
-    W.noalias() = qh * kt.transpose();  // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k
-    const br::Rows dO = br::head_rows(dout_, ib, ni, Hq_, h, dv_);
-    const br::Rows V = br::head_rows(vd_, jb, nj, Hk_, kh, dv_);
+    br::at_least(w_.P, ni, nj);
+    br::at_least(w_.dP, ni, nj);
+    br::at_least(w_.C, ni, nj);
+    auto P = w_.P.topLeftCorner(ni, nj).array();
+    auto dP = w_.dP.topLeftCorner(ni, nj);
+    auto Cd = w_.C.topLeftCorner(ni, nj).array();  // cap'(y) with a softcap
+    W.noalias() = qh * kt.transpose();             // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k
+    const br::Rows dO = br::head_rows(w_.dout, ib, ni, Hq_, h, dv_);
+    const br::Rows V = br::head_rows(w_.vd, jb, nj, Hk_, kh, dv_);
     dP.noalias() = dO * V.transpose();
     const double c = opt_.softcap, m = opt_.alibi_slopes.empty() ? 0.0 : opt_.alibi_slopes[std::size_t(h)];
+    const auto t = Eigen::Map<const Eigen::ArrayXd>(w_.tcol.data() + ib, ni);
+    const auto s = Eigen::Map<const Eigen::Array<double, 1, Eigen::Dynamic>>(w_.srow.data() + jb, nj);
+    const auto lse = Eigen::Map<const Eigen::ArrayXd>(w_.lse_h.data() + h * nq_ + ib, ni);
+    const auto D = Eigen::Map<const Eigen::ArrayXd>(w_.D_h.data() + h * nq_ + ib, ni);
+    // x = cap(scale raw) − m τ − lse, P = e^x.
+    if (c > 0) {
+      P = (W.array() * (scale_ / c)).tanh();
+      Cd = 1 - P.square();
+      P *= c;
+    } else {
+      P = W.array() * scale_;
+    }
+    if (m != 0) P -= m * (t.replicate(1, nj) - s.replicate(ni, 1));
+    P = (P - lse.replicate(1, nj)).exp();
+    mask(ib, ni, jb, nj, P, lse);
+    // dx = P (dP − D) (in dP), W = dx cap' scale.
+    dP.array() = P * (dP.array() - D.replicate(1, nj));
+    if (c > 0)
+      W.array() = dP.array() * Cd * scale_;
+    else
+      W.array() = dP.array() * scale_;
+    if (m != 0 || g_.alibi_slopes) bias(h, ib, ni, jb, nj, m, dP);
+    br::head_rows(w_.dvacc, jb, nj, Hk_, kh, dv_).noalias() += P.matrix().transpose() * dO;
+  }
+
+  // P = 0 on masked pairs and on rows with nothing visible (lse = −∞).
+  template <class A, class L>
+  void mask(Index ib, Index ni, Index jb, Index nj, A& P, const L& lse) const {
+    const double inf = std::numeric_limits<double>::infinity();
+    for (Index r = 0; r < ni; ++r) {
+      if (lse(r) == -inf) {
+        P.row(r).setZero();
+        continue;
+      }
+      const double t = tq_[ib + r];
+      if (!(opt_.causal || opt_.window < inf)) continue;
+      for (Index col = 0; col < nj; ++col)
+        if (masked(t, tk_[jb + col])) P(r, col) = 0;
+    }
+  }
+  // ∂L/∂m_h = −Σ dx τ; the slope's share of the positions: −m Σ_j dx to t_i, +m Σ_i dx to s_j.
+  template <class M>
+  void bias(Index h, Index ib, Index ni, Index jb, Index nj, double m, const M& dx) const {
     double dm = 0;
     for (Index r = 0; r < ni; ++r) {
-      const double t = tq_[ib + r], lse = lse_[std::size_t((ib + r) * Hq_ + h)];
-      const double Di = D_[std::size_t((ib + r) * Hq_ + h)];
-      double dt = 0;
+      const double t = tq_[ib + r];
+      double row = 0;
       for (Index col = 0; col < nj; ++col) {
-        const double s = tk_[jb + col];
-        if (masked(t, s) || lse == -std::numeric_limits<double>::infinity()) {
-          P(r, col) = 0, W(r, col) = 0;
-          continue;
-        }
-        const double y = scale_ * W(r, col), x = c > 0 ? c * std::tanh(y / c) : y;
-        const double tau = t - s, p = std::exp(x - m * tau - lse);
-        const double dx = p * (dP(r, col) - Di);
-        P(r, col) = p;
-        W(r, col) = dx * (c > 0 ? 1 - (x / c) * (x / c) : 1.0) * scale_;
-        dm -= dx * tau;
-        dt -= m * dx;
-        if (g_.key_positions && m != 0) (*g_.key_positions)[std::size_t(jb + col)] += R(m * dx);
+        dm -= dx(r, col) * (t - tk_[jb + col]);
+        row += dx(r, col);
       }
-      if (g_.query_positions && m != 0) (*g_.query_positions)[std::size_t(ib + r)] += R(dt);
+      if (g_.query_positions) (*g_.query_positions)[std::size_t(ib + r)] -= R(m * row);
     }
+    if (g_.key_positions)
+      for (Index col = 0; col < nj; ++col)
+        (*g_.key_positions)[std::size_t(jb + col)] += R(m * dx.col(col).sum());
     if (g_.alibi_slopes) (*g_.alibi_slopes)[std::size_t(h)] += dm;
-    br::head_rows(dvacc_, jb, nj, Hk_, kh, dv_).noalias() += P.transpose() * dO;
   }
 
   // ∂L/∂σ_h and dv, once every tile pair is done.
@@ -179,7 +237,7 @@ class Epilogue {
         for (Index i = 0; i < nq_; ++i) {
           const double lse = lse_[std::size_t(i * Hq_ + h)];
           if (lse == -std::numeric_limits<double>::infinity()) continue;
-          ds -= std::exp(opt_.sinks[std::size_t(h)] - lse) * D_[std::size_t(i * Hq_ + h)];
+          ds -= std::exp(opt_.sinks[std::size_t(h)] - lse) * w_.D[std::size_t(i * Hq_ + h)];
         }
         (*g_.sinks)[std::size_t(h)] += ds;
       }
@@ -187,7 +245,7 @@ class Epilogue {
       for (Index j = 0; j < nk_; ++j)
         for (Index h = 0; h < Hk_; ++h)
           for (Index e = 0; e < dv_; ++e)
-            dv(j, h, e) = from_arith<std::remove_cv_t<Tdv>>(dvacc_[std::size_t((j * Hk_ + h) * dv_ + e)]);
+            dv(j, h, e) = from_arith<std::remove_cv_t<Tdv>>(w_.dvacc[std::size_t((j * Hk_ + h) * dv_ + e)]);
   }
 
  private:
@@ -198,8 +256,7 @@ class Epilogue {
   const AttentionGradients<R>& g_;
   const Index nq_, nk_, Hq_, Hk_, dv_;
   const double scale_;
-  std::vector<double> dout_, vd_, dvacc_, D_;
-  br::RowMatrix P_, dP_;
+  Work& w_ = Work::local();
 };
 
 }  // namespace attention_backward
