@@ -267,7 +267,9 @@ class Epilogue {
 /// dq, dk, dv (each may be empty: not wanted; none may overlap an input or another) and ADDS
 /// the gradients asked for in grads. Throws peal::invalid_argument before writing anything on
 /// inconsistent extents, positions, options or gradient sizes, and on keys_encoded for an
-/// encoding that is not a pure rotation.
+/// encoding that is not a pure rotation. Of opt, the forward's tuning (threads, query_tile,
+/// key_tile) is validated and not used (one thread, tiles of at most 256 x 512), and opt.lse
+/// is not read (the forward's lse is the argument).
 template <class E, class Tq, class Tk, class Tv, class To, class Tdo, class Tdq, class Tdk,
           class Tdv>
 void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,

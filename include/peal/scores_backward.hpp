@@ -178,7 +178,9 @@ class ScoresEpilogue {
 /// double; its masked entries are not read). Writes dq [nq, Hq, d] and dk [nk, Hk, d] (either
 /// may be empty: not wanted; neither may overlap q, k, d_scores or each other) and ADDS the
 /// gradients asked for in grads. Throws peal::invalid_argument before writing anything on
-/// inconsistent extents, positions, options or gradient sizes.
+/// inconsistent extents, positions, options or gradient sizes. Of opt, the forward's tuning
+/// (threads, query_tile, key_tile) is validated and not used: one thread, tiles of at most
+/// 256 queries x 512 keys.
 template <class E, class Tq, class Tk, class Td, class Tdq, class Tdk>
 void scores_backward(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
                      const Positions& tk, TensorView<Td> d_scores, TensorView<Tdq> dq,
