@@ -9,11 +9,12 @@
 // with a Jordan chain over 3000 positions (anchored tiles, Δ ≠ 0), RoPE near 1.7e9 with sinks and
 // a softcap, keys stored encoded; grouped-query heads, causal and windowed masks, ALiBi slopes.
 //
-// Tolerance (tests/tolerances.hpp, Tol<double>::score_gradient): each result is a sum over
+// Tolerance (tests/tolerances.hpp, Tol<C>::score_gradient in the arithmetic type C, float for
+// float storage; the positions' phase term in double): each result is a sum over
 // pairs; a pair's W carries the logit's error δ = rel · scale M_ij (M_ij = |q|₁ κ² ‖A(τ)‖ |k|₁)
 // through P (|∂W| ≤ scale P (|dP| + |D|) δ) and the products' (dv + 8) ε; the sums add the
 // relative factor rel of the scores backward. Bounds are Σ over pairs of those magnitudes,
-// plus Tol<double>::flushed() absolute: weights P below double's normal range (e^-700 and less
+// plus Tol<C>::flushed() absolute: weights P below C's normal range (e^-700 and less in double
 // over 3000 positions of a growing composition) flush to 0.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -60,6 +61,8 @@ struct Problem {
   std::vector<LD> dq, dk, dv, dth, dt, ds, dm, dsink;
   std::vector<LD> mq, mk, mv, mth, mt, ms, mm, msink;
 
+  // T: the inputs' storage; they are rounded to it before the reference sees them.
+  template <class T = double>
   static Problem make(const Shape& sh, Regime regime, std::uint64_t seed) {
     std::mt19937_64 re(seed), rl(seed), rr(seed + 3);
     Draw de{re, regime}, dl{rl, regime};
@@ -84,6 +87,8 @@ struct Problem {
       if (sh.sinks) c.opt.sinks.push_back(0.3 - 0.2 * h);
     }
     c.opt.keys_encoded = sh.keys_encoded;
+    for (auto* x : {&c.q, &c.k, &c.v, &c.dout})
+      for (double& y : *x) y = double(T(y));
     c.reference();
     return c;
   }
@@ -200,20 +205,22 @@ struct Problem {
 
 template <class T>
 void check_all(const char* what, const std::vector<T>& got, const std::vector<LD>& ref,
-               const std::vector<LD>& mag, LD rel) {
+               const std::vector<LD>& mag, LD rel, LD floor) {
   REQUIRE(got.size() == ref.size());
   for (std::size_t x = 0; x < got.size(); ++x) {
     INFO(what << "[" << x << "]: " << double(got[x]) << " vs " << double(ref[x]) << ", bound "
               << double(rel * mag[x]));
-    CHECK(std::abs(LD(got[x]) - ref[x]) <= rel * mag[x] + Tol<double>::flushed());
+    CHECK(std::abs(LD(got[x]) - ref[x]) <= rel * mag[x] + floor);
   }
 }
 
 // One call with every gradient against the reference; p the longest Jordan chain − 1, for
 // the rebasing amplification of Tol::score.
-template <class Fam>
+// T: the storage of q, k, v, out and d_out; C, the arithmetic, is float for float storage.
+template <class Fam, class T = double>
 void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64_t seed) {
-  auto c = Problem<Fam>::make(sh, regime, seed);
+  using C = peal::detail::scores_kernels::arith_t<T, T>;
+  auto c = Problem<Fam>::template make<T>(sh, regime, seed);
   const int d = c.d, P = peal::parameter_count(c.enc);
   std::vector<double> dq(c.q.size(), 7.0), dk(c.k.size(), 7.0), dv(c.v.size(), 7.0);
   std::vector<double> gp(std::size_t(P), 0.0), gt(std::size_t(sh.nq), 0.0),
@@ -221,24 +228,29 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
   std::vector<double> kin = c.k;
   if (sh.keys_encoded)  // the cache holds G(s) k
     peal::encode_keys(c.enc, TensorView<double>(kin.data(), sh.nk, sh.Hk, d), peal::Positions(c.tk));
+  const std::vector<T> qs(c.q.begin(), c.q.end()), ks(kin.begin(), kin.end()),
+      vs(c.v.begin(), c.v.end()), os(c.out.begin(), c.out.end()), ds(c.dout.begin(), c.dout.end());
   peal::attention_backward(
-      c.enc, TensorView<const double>(c.q.data(), sh.nq, sh.Hq, d), peal::Positions(c.tq),
-      TensorView<const double>(kin.data(), sh.nk, sh.Hk, d), peal::Positions(c.tk),
-      TensorView<const double>(c.v.data(), sh.nk, sh.Hk, sh.dv),
-      TensorView<const double>(c.out.data(), sh.nq, sh.Hq, sh.dv), c.lse,
-      TensorView<const double>(c.dout.data(), sh.nq, sh.Hq, sh.dv),
+      c.enc, TensorView<const T>(qs.data(), sh.nq, sh.Hq, d), peal::Positions(c.tq),
+      TensorView<const T>(ks.data(), sh.nk, sh.Hk, d), peal::Positions(c.tk),
+      TensorView<const T>(vs.data(), sh.nk, sh.Hk, sh.dv),
+      TensorView<const T>(os.data(), sh.nq, sh.Hq, sh.dv), c.lse,
+      TensorView<const T>(ds.data(), sh.nq, sh.Hq, sh.dv),
       TensorView<double>(dq.data(), sh.nq, sh.Hq, d), TensorView<double>(dk.data(), sh.nk, sh.Hk, d),
       TensorView<double>(dv.data(), sh.nk, sh.Hk, sh.dv), c.opt,
       {&gp, &gt, &gs, sh.alibi ? &gm : nullptr, sh.sinks ? &gsk : nullptr});
-  INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "]");
+  INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
+                 << "-bit arithmetic");
   LD pmax = 0;
   for (double t : c.tq) pmax = std::max(pmax, std::abs(LD(t)));
   for (double s : c.tk) pmax = std::max(pmax, std::abs(LD(s)));
   const LD xn = max_abs(MLD(c.twin.generator())) * d;
-  const LD rho = Tol<double>::score_rho(p, Tol<double>::poly_half_spread(p),
-                                        Tol<double>::poly_half_spread(p));
-  const LD rel = Tol<double>::score_gradient(d, rho, 0, xn * 4 * pmax, sh.nq * sh.nk * sh.Hq) +
-                 Tol<double>::roundings(sh.dv + 8);
+  const LD rho = Tol<C>::score_rho(p, Tol<C>::poly_half_spread(p),
+                                   Tol<C>::poly_half_spread(p));
+  // The arithmetic's error in C, the positions' and anchors' in double (as scores backward).
+  const LD rel = Tol<C>::score_gradient(d, rho, 0, 0, sh.nq * sh.nk * sh.Hq) +
+                 Tol<double>::phase(xn * 4 * pmax) + Tol<C>::roundings(sh.dv + 8);
+  const LD floor = Tol<C>::flushed();  // P below C's normal range flushes to 0
   const LD relpos = rel + Tol<double>::derivative(d, xn * 2 * pmax);
   // The conventions of out and lse are the forward's own: peal::attention on the same inputs
   // gives them within rel (an lse moves by the logits' error, rel relative to their scale;
@@ -247,9 +259,9 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
     std::vector<double> out2(c.out.size()), lse2(c.lse.size());
     peal::AttentionOptions fo = c.opt;
     fo.lse = lse2.data();
-    peal::attention(c.enc, TensorView<const double>(c.q.data(), sh.nq, sh.Hq, d),
-                    peal::Positions(c.tq), TensorView<const double>(kin.data(), sh.nk, sh.Hk, d),
-                    peal::Positions(c.tk), TensorView<const double>(c.v.data(), sh.nk, sh.Hk, sh.dv),
+    peal::attention(c.enc, TensorView<const T>(qs.data(), sh.nq, sh.Hq, d),
+                    peal::Positions(c.tq), TensorView<const T>(ks.data(), sh.nk, sh.Hk, d),
+                    peal::Positions(c.tk), TensorView<const T>(vs.data(), sh.nk, sh.Hk, sh.dv),
                     TensorView<double>(out2.data(), sh.nq, sh.Hq, sh.dv), fo);
     for (std::size_t x = 0; x < lse2.size(); ++x) {
       INFO("lse[" << x << "]: forward " << lse2[x] << ", reference " << c.lse[x]);
@@ -258,14 +270,14 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
     for (std::size_t x = 0; x < out2.size(); ++x)
       CHECK(std::abs(LD(out2[x]) - LD(c.out[x])) <= rel);
   }
-  check_all("dv", dv, c.dv, c.mv, rel);
-  check_all(sh.keys_encoded ? "dk (of the stored rows G(s) k)" : "dk", dk, c.dk, c.mk, rel);
-  check_all("dq", dq, c.dq, c.mq, rel);
-  check_all("parameter", gp, c.dth, c.mth, relpos);
-  check_all("query position", gt, c.dt, c.mt, relpos);
-  check_all("key position", gs, c.ds, c.ms, relpos);
-  if (sh.alibi) check_all("ALiBi slope", gm, c.dm, c.mm, rel);
-  if (sh.sinks) check_all("sink", gsk, c.dsink, c.msink, rel);
+  check_all("dv", dv, c.dv, c.mv, rel, floor);
+  check_all(sh.keys_encoded ? "dk (of the stored rows G(s) k)" : "dk", dk, c.dk, c.mk, rel, floor);
+  check_all("dq", dq, c.dq, c.mq, rel, floor);
+  check_all("parameter", gp, c.dth, c.mth, relpos, floor);
+  check_all("query position", gt, c.dt, c.mt, relpos, floor);
+  check_all("key position", gs, c.ds, c.ms, relpos, floor);
+  if (sh.alibi) check_all("ALiBi slope", gm, c.dm, c.mm, rel, floor);
+  if (sh.sinks) check_all("sink", gsk, c.dsink, c.msink, rel, floor);
 }
 
 using RopePartial = RopeFam<peal::RopeType::Default, peal::Layout::HalfSplit, 16, 50>;
@@ -293,6 +305,14 @@ TEST_CASE("attention backward: RoPE near 1.7e9 with sinks and a softcap, encoded
   // would carry most of the weight.
   const Shape win{6, 8, 2, 2, 4, 0, 64, false, 16, 0, false, false, false};
   check_attention_backward<RopePartial>(win, Regime::Random, 0, 7);
+}
+
+TEST_CASE("attention backward: float storage, float arithmetic", "[attention_backward]") {
+  // Float's rebasing budget cuts 3000 positions into tiles of half-spread ~16 (Jordan chains).
+  const Shape wide{6, 9, 4, 2, 5, 0, 3000, true, 1500, 0, true, false, false};
+  check_attention_backward<MixedFam, float>(wide, Regime::Large, 2, 13);
+  const Shape rope{5, 7, 4, 2, 6, 1.7e9, 1.7e9 + 4096, true, kNone, 2.5, true, true, false};
+  check_attention_backward<RopePartial, float>(rope, Regime::Random, 0, 14);
 }
 
 TEST_CASE("attention backward: bad input throws and writes nothing", "[attention_backward]") {

@@ -12,7 +12,8 @@
 //
 // Tolerance (tests/tolerances.hpp): each result is a sum of per-pair terms of magnitude
 // M_ij = |W_ij| |q|₁ κ² ‖A(τ)‖ |k|₁ times (1 + |τ|) for θ, (1 + n|X|) for positions; a term's
-// relative error is the forward score's, Tol<double>::score_gradient(d, ρ, extra, x, N): the
+// relative error is the forward score's, Tol<C>::score_gradient(d, ρ, extra, x, N) in the
+// arithmetic type C (float for float storage, with float's rebasing budget): the
 // fused score's (2 (d + 16) ρ + extra) ε with the rebasing amplification ρ of the Jordan chains,
 // the lag and angle terms phase(x), and N roundings of the sums (docs/kernels-scores.md §3).
 #include <catch2/catch.hpp>
@@ -159,32 +160,39 @@ void check_all(const char* what, const std::vector<T>& got, const std::vector<LD
 
 // One call with every gradient, against the reference. p: the longest Jordan chain − 1 of the
 // encoding; extra: 2 (d + 1) for a basis change (Tol::score).
-template <class Fam>
+// T: the storage of q, k and d_scores (the inputs are rounded to it first, so that the
+// reference sees what the kernel sees); C, the arithmetic, is float for float storage.
+template <class Fam, class T = double>
 void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, std::uint64_t seed) {
+  using C = peal::detail::scores_kernels::arith_t<T, T>;
   auto pr = Problem<Fam>::make(sh, regime, seed);
+  for (auto* v : {&pr.q, &pr.k, &pr.ds})
+    for (double& x : *v) x = double(T(x));
+  const std::vector<T> qs(pr.q.begin(), pr.q.end()), ks(pr.k.begin(), pr.k.end()),
+      dss(pr.ds.begin(), pr.ds.end());
   const int d = pr.d, P = peal::parameter_count(pr.enc);
   std::vector<double> dq(pr.q.size(), 7.0), dk(pr.k.size(), 7.0), gp(std::size_t(P), 0.0),
       gt(std::size_t(sh.nq), 0.0), gs(std::size_t(sh.nk), 0.0), gm(std::size_t(sh.Hq), 0.0),
       gg(std::size_t(sh.Hq), 0.0);
   peal::ScoresGradients<double> grads{&gp, &gt, &gs, sh.alibi ? &gm : nullptr,
                                       sh.decay ? &gg : nullptr};
-  peal::scores_backward(pr.enc, TensorView<const double>(pr.q.data(), sh.nq, sh.Hq, d),
-                        peal::Positions(pr.tq),
-                        TensorView<const double>(pr.k.data(), sh.nk, sh.Hk, d),
-                        peal::Positions(pr.tk),
-                        TensorView<const double>(pr.ds.data(), sh.Hq, sh.nq, sh.nk),
+  peal::scores_backward(pr.enc, TensorView<const T>(qs.data(), sh.nq, sh.Hq, d),
+                        peal::Positions(pr.tq), TensorView<const T>(ks.data(), sh.nk, sh.Hk, d),
+                        peal::Positions(pr.tk), TensorView<const T>(dss.data(), sh.Hq, sh.nq, sh.nk),
                         TensorView<double>(dq.data(), sh.nq, sh.Hq, d),
                         TensorView<double>(dk.data(), sh.nk, sh.Hk, d), pr.opt, grads);
   const Reference r = reference(pr);
-  INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "]");
+  INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
+                 << "-bit arithmetic");
   LD pmax = 0;
   for (double t : pr.tq) pmax = std::max(pmax, std::abs(LD(t)));
   for (double s : pr.tk) pmax = std::max(pmax, std::abs(LD(s)));
   const LD xn = max_abs(MLD(pr.twin.generator())) * d;
-  const LD rho = Tol<double>::score_rho(p, Tol<double>::poly_half_spread(p),
-                                        Tol<double>::poly_half_spread(p));
-  const LD rel = Tol<double>::score_gradient(d, rho, basis ? 2 * (d + 1) : 0, xn * 4 * pmax,
-                                             sh.nq * sh.nk * sh.Hq);
+  // The arithmetic's error in C (the rebasing budget of C's tiles), the positions' and
+  // anchors' in double.
+  const LD rho = Tol<C>::score_rho(p, Tol<C>::poly_half_spread(p), Tol<C>::poly_half_spread(p));
+  const LD rel = Tol<C>::score_gradient(d, rho, basis ? 2 * (d + 1) : 0, 0, sh.nq * sh.nk * sh.Hq) +
+                 Tol<double>::phase(xn * 4 * pmax);
   check_all("dq", dq, r.dq, r.mq, rel);
   check_all("dk", dk, r.dk, r.mk, rel);
   check_all("parameter", gp, r.dtheta, r.mtheta, rel + Tol<double>::derivative(d, xn * 2 * pmax));
@@ -215,6 +223,15 @@ TEST_CASE("scores backward: RoPE near 1.7e9, xPos, ALiBi's Jordan block", "[scor
   const Shape x{5, 6, 2, 2, 0, 4096, true, false, false};
   check_scores_backward<XposFam>(x, Regime::Random, 0, false, 8);
   check_scores_backward<AlibiFam>(x, Regime::Large, 1, false, 9);  // rates ~1e-3: in range
+}
+
+TEST_CASE("scores backward: float storage, float arithmetic", "[scores_backward]") {
+  // Float's rebasing budget (2^12 for the Jordan chains) cuts 3000 positions into tiles of
+  // half-spread ~16: many tile pairs, Δ ≠ 0 for most.
+  const Shape wide{6, 8, 4, 2, 0, 3000, false, true, true};
+  check_scores_backward<MixedFam, float>(wide, Regime::Large, 2, false, 13);
+  const Shape rope{5, 7, 4, 2, 1.7e9, 1.7e9 + 4096, true, true, true};
+  check_scores_backward<RopePartial, float>(rope, Regime::Random, 0, false, 14);
 }
 
 TEST_CASE("scores backward: bad input throws and writes nothing", "[scores_backward]") {

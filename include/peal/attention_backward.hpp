@@ -12,8 +12,10 @@
 // opposite to ∂L/∂s_j), ∂L/∂σ_h = −Σ_i e^{σ_h − lse_i} D_i (the sink's share of each row).
 // Masked pairs (causal, window) and rows with lse = −inf (nothing visible) contribute nothing.
 // With keys_encoded (keys stored as G(s) k, pure rotations only) dk is the gradient of those
-// stored rows, and the keys add nothing to θ or s. Arithmetic in double, one thread,
-// deterministic. Not yet: PerHead and N-D points, threads, a float path (docs/gradients.md §5).
+// stored rows, and the keys add nothing to θ or s. Arithmetic: the forward's (double if q, k
+// or v stores double, float otherwise); positions, D and the gradients of the slopes, sinks
+// and parameters in double. One thread, deterministic. Not yet: PerHead and N-D points, threads
+// (docs/gradients.md §5).
 #pragma once
 
 #include <algorithm>
@@ -96,10 +98,13 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
 }
 
 // Working memory of the epilogue, kept by the calling thread between calls (as the driver's,
-// detail/backward_run.hpp): dO and V in double, dV, D and the tile's P, dP, cap'.
+// detail/backward_run.hpp): dO and V in the arithmetic type C, dV, D and the tile's P, dP,
+// cap'; positions in double.
+template <class C>
 struct Work {
-  std::vector<double> dout, vd, dvacc, D, tcol, srow, lse_h, D_h;
-  br::RowMatrix P, dP, C;
+  std::vector<C> dout, vd, dvacc, lse_h, D_h;
+  std::vector<double> D, tcol, srow;
+  br::RowMatrix<C> P, dP, Cap;
   static Work& local() {
     thread_local Work w;
     return w;
@@ -108,7 +113,7 @@ struct Work {
 
 // The epilogue of attention (detail/backward_run.hpp): P recomputed from the raw score tile,
 // dV, and W = scale cap' P (dP − D); the ALiBi and sink gradients.
-template <class Tv, class To, class Tdo, class R>
+template <class C, class Tv, class To, class Tdo, class R>
 class Epilogue {
  public:
   Epilogue(const TensorView<Tv>& v, const TensorView<To>& out, const std::vector<double>& lse,
@@ -116,7 +121,7 @@ class Epilogue {
            const AttentionOptions& opt, double scale, const AttentionGradients<R>& g)
       : lse_(lse), tq_(tq), tk_(tk), opt_(opt), g_(g), nq_(out.tokens()), nk_(v.tokens()),
         Hq_(out.heads()), Hk_(v.heads()), dv_(v.dim()), scale_(scale) {
-    // dO, V in double (the GEMMs' operands) and D_i = dO_i · out_i.
+    // dO, V in C (the GEMMs' operands) and D_i = dO_i · out_i (in double).
     br::at_least(w_.dout, nq_ * Hq_ * dv_);
     br::at_least(w_.vd, nk_ * Hk_ * dv_);
     br::at_least(w_.dvacc, nk_ * Hk_ * dv_);
@@ -127,7 +132,7 @@ class Epilogue {
         double dsum = 0;
         for (Index e = 0; e < dv_; ++e) {
           const double a = scores_kernels::to_arith<double>(dout(i, h, e));
-          w_.dout[std::size_t((i * Hq_ + h) * dv_ + e)] = a;
+          w_.dout[std::size_t((i * Hq_ + h) * dv_ + e)] = C(a);
           dsum += a * scores_kernels::to_arith<double>(out(i, h, e));
         }
         w_.D[std::size_t(i * Hq_ + h)] = dsum;
@@ -135,7 +140,7 @@ class Epilogue {
     for (Index j = 0; j < nk_; ++j)
       for (Index h = 0; h < Hk_; ++h)
         for (Index e = 0; e < dv_; ++e)
-          w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = scores_kernels::to_arith<double>(v(j, h, e));
+          w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = scores_kernels::to_arith<C>(v(j, h, e));
     // Positions, and lse and D head-major, as contiguous arrays for the tile operations.
     br::at_least(w_.tcol, nq_), br::at_least(w_.srow, nk_);
     for (Index i = 0; i < nq_; ++i) w_.tcol[std::size_t(i)] = tq[i];
@@ -143,8 +148,8 @@ class Epilogue {
     br::at_least(w_.lse_h, nq_ * Hq_), br::at_least(w_.D_h, nq_ * Hq_);
     for (Index i = 0; i < nq_; ++i)
       for (Index h = 0; h < Hq_; ++h) {
-        w_.lse_h[std::size_t(h * nq_ + i)] = lse[std::size_t(i * Hq_ + h)];
-        w_.D_h[std::size_t(h * nq_ + i)] = w_.D[std::size_t(i * Hq_ + h)];
+        w_.lse_h[std::size_t(h * nq_ + i)] = C(lse[std::size_t(i * Hq_ + h)]);
+        w_.D_h[std::size_t(h * nq_ + i)] = C(w_.D[std::size_t(i * Hq_ + h)]);
       }
   }
 
@@ -156,40 +161,41 @@ class Epilogue {
   }
 
   // Whole-tile array operations (Eigen's vectorised exp and tanh); masks and empty rows after.
-  void weights(Index h, Index kh, Index ib, Index ni, Index jb, Index nj, const br::Rows& qh,
-               const br::Tile& kt, br::Tile W) {
+  void weights(Index h, Index kh, Index ib, Index ni, Index jb, Index nj, const br::Rows<C>& qh,
+               const br::Tile<C>& kt, br::Tile<C> W) {
     br::at_least(w_.P, ni, nj);
     br::at_least(w_.dP, ni, nj);
-    br::at_least(w_.C, ni, nj);
+    br::at_least(w_.Cap, ni, nj);
     auto P = w_.P.topLeftCorner(ni, nj).array();
     auto dP = w_.dP.topLeftCorner(ni, nj);
-    auto Cd = w_.C.topLeftCorner(ni, nj).array();  // cap'(y) with a softcap
-    W.noalias() = qh * kt.transpose();             // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k
-    const br::Rows dO = br::head_rows(w_.dout, ib, ni, Hq_, h, dv_);
-    const br::Rows V = br::head_rows(w_.vd, jb, nj, Hk_, kh, dv_);
+    auto Cd = w_.Cap.topLeftCorner(ni, nj).array();  // cap'(y) with a softcap
+    W.noalias() = qh * kt.transpose();               // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k
+    const br::Rows<C> dO = br::head_rows(w_.dout, ib, ni, Hq_, h, dv_);
+    const br::Rows<C> V = br::head_rows(w_.vd, jb, nj, Hk_, kh, dv_);
     dP.noalias() = dO * V.transpose();
     const double c = opt_.softcap, m = opt_.alibi_slopes.empty() ? 0.0 : opt_.alibi_slopes[std::size_t(h)];
     const auto t = Eigen::Map<const Eigen::ArrayXd>(w_.tcol.data() + ib, ni);
     const auto s = Eigen::Map<const Eigen::Array<double, 1, Eigen::Dynamic>>(w_.srow.data() + jb, nj);
-    const auto lse = Eigen::Map<const Eigen::ArrayXd>(w_.lse_h.data() + h * nq_ + ib, ni);
-    const auto D = Eigen::Map<const Eigen::ArrayXd>(w_.D_h.data() + h * nq_ + ib, ni);
-    // x = cap(scale raw) − m τ − lse, P = e^x.
+    using Col = Eigen::Array<C, Eigen::Dynamic, 1>;
+    const auto lse = Eigen::Map<const Col>(w_.lse_h.data() + h * nq_ + ib, ni);
+    const auto D = Eigen::Map<const Col>(w_.D_h.data() + h * nq_ + ib, ni);
+    // x = cap(scale raw) − m τ − lse, P = e^x (τ in double: positions may be ~1e9).
     if (c > 0) {
-      P = (W.array() * (scale_ / c)).tanh();
+      P = (W.array() * C(scale_ / c)).tanh();
       Cd = 1 - P.square();
-      P *= c;
+      P *= C(c);
     } else {
-      P = W.array() * scale_;
+      P = W.array() * C(scale_);
     }
-    if (m != 0) P -= m * (t.replicate(1, nj) - s.replicate(ni, 1));
+    if (m != 0) P -= (m * (t.replicate(1, nj) - s.replicate(ni, 1))).template cast<C>();
     P = (P - lse.replicate(1, nj)).exp();
     mask(ib, ni, jb, nj, P, lse);
     // dx = P (dP − D) (in dP), W = dx cap' scale.
     dP.array() = P * (dP.array() - D.replicate(1, nj));
     if (c > 0)
-      W.array() = dP.array() * Cd * scale_;
+      W.array() = dP.array() * Cd * C(scale_);
     else
-      W.array() = dP.array() * scale_;
+      W.array() = dP.array() * C(scale_);
     if (m != 0 || g_.alibi_slopes) bias(h, ib, ni, jb, nj, m, dP);
     br::head_rows(w_.dvacc, jb, nj, Hk_, kh, dv_).noalias() += P.matrix().transpose() * dO;
   }
@@ -245,7 +251,8 @@ class Epilogue {
       for (Index j = 0; j < nk_; ++j)
         for (Index h = 0; h < Hk_; ++h)
           for (Index e = 0; e < dv_; ++e)
-            dv(j, h, e) = from_arith<std::remove_cv_t<Tdv>>(w_.dvacc[std::size_t((j * Hk_ + h) * dv_ + e)]);
+            dv(j, h, e) = from_arith<std::remove_cv_t<Tdv>>(
+                double(w_.dvacc[std::size_t((j * Hk_ + h) * dv_ + e)]));
   }
 
  private:
@@ -256,7 +263,7 @@ class Epilogue {
   const AttentionGradients<R>& g_;
   const Index nq_, nk_, Hq_, Hk_, dv_;
   const double scale_;
-  Work& w_ = Work::local();
+  Work<C>& w_ = Work<C>::local();
 };
 
 }  // namespace attention_backward
@@ -291,7 +298,10 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
   const V vr = detail::ro(v);
   const O outr = detail::ro(out);
   const DO dor = detail::ro(d_out);
-  using Epi = ab::Epilogue<const std::remove_cv_t<Tv>, const std::remove_cv_t<To>,
+  // The forward's arithmetic (attention.hpp): double if q, k or v stores double.
+  using C = std::conditional_t<std::is_same<std::remove_cv_t<Tv>, double>::value, double,
+                               detail::scores_kernels::arith_t<Tq, Tk>>;
+  using Epi = ab::Epilogue<C, const std::remove_cv_t<Tv>, const std::remove_cv_t<To>,
                            const std::remove_cv_t<Tdo>, R>;
   // The forward's scale (attention.hpp).
   const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(std::max<Index>(q.dim(), 1)));
@@ -301,7 +311,7 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
                                  opt.keys_encoded};
     const auto qr = detail::ro(q);
     const auto kr = detail::ro(k);
-    br::Run<E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, Tdq, Tdk, R, Epi> run(
+    br::Run<C, E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, Tdq, Tdk, R, Epi> run(
         enc, qr, tq, kr, tk, dq, dk, targets, epi);
     run.run();
   } else if (!dq.empty()) {  // no keys: out is 0, nothing reaches q

@@ -23,10 +23,11 @@
 //   ∂L/∂t_i += Σ_j (W_ij ln γ_h R_ij − m_h dS_ij),  ∂L/∂s_j −= the same terms.
 // A_X(Δ) is formed once per tile pair as a dense d x d matrix and applied to the key tile's
 // rows by a GEMM (d / n_I of the pair's work). The driver (tiles, cross factors, encode
-// backward) is detail/backward_run.hpp. Arithmetic in double (products by Eigen's GEMM;
-// the rows are converted to double before the encode backward, whose rotation-bank pair sums
-// need one storage type); one thread, deterministic. Not yet: PerHead
-// and N-D points, a float path, threads (docs/gradients.md §5).
+// backward) is detail/backward_run.hpp. Arithmetic: the forward's, double if q or k stores
+// double, float otherwise (products by Eigen's GEMM; the rows are converted to that type
+// before the encode backward, whose rotation-bank pair sums need one storage type); positions,
+// anchors, the decay factors and the parameter gradients in double. One thread,
+// deterministic. Not yet: PerHead and N-D points, threads (docs/gradients.md §5).
 #pragma once
 
 #include <algorithm>
@@ -99,7 +100,7 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
 
 // The epilogue of scores (detail/backward_run.hpp): W_ij = dS_ij scale γ_h^τ, 0 where masked;
 // the ALiBi and decay gradients and their share of the position gradients.
-template <class Td, class R>
+template <class C, class Td, class R>
 class ScoresEpilogue {
  public:
   ScoresEpilogue(const TensorView<Td>& ds, const Positions& tq, const Positions& tk,
@@ -112,8 +113,8 @@ class ScoresEpilogue {
   bool skip(double, double tmax, double smin, double) const { return opt_.causal && smin > tmax; }
 
   void weights(Index h, Index, Index ib, Index ni, Index jb, Index nj,
-               const backward_run::Rows& qh, const backward_run::Tile& kt,
-               backward_run::Tile W) {
+               const backward_run::Rows<C>& qh, const backward_run::Tile<C>& kt,
+               backward_run::Tile<C> W) {
     const double lg = opt_.decay.empty() ? 0.0 : std::log(opt_.decay[std::size_t(h)]);
     for (Index r = 0; r < ni; ++r) {
       const double t = tq_[ib + r];
@@ -124,7 +125,7 @@ class ScoresEpilogue {
           continue;
         }
         const double f = lg == 0 ? opt_.scale : opt_.scale * std::exp(lg * (t - s));
-        W(r, c) = f * scores_kernels::to_arith<double>(ds_(h, ib + r, jb + c));
+        W(r, c) = C(f * scores_kernels::to_arith<double>(ds_(h, ib + r, jb + c)));
       }
     }
     if (!want_raw_ && !want_bias_) return;
@@ -134,7 +135,7 @@ class ScoresEpilogue {
 
  private:
   // ∂L/∂m_h = −Σ dS τ; ∂L/∂γ_h = Σ W (τ/γ) raw; ∂L/∂t_i = Σ_j (W ln γ raw − m dS) = −∂L/∂s_j's.
-  void bias(Index h, Index ib, Index ni, Index jb, Index nj, const backward_run::Tile& W) {
+  void bias(Index h, Index ib, Index ni, Index jb, Index nj, const backward_run::Tile<C>& W) {
     const double m = opt_.alibi_slopes.empty() ? 0.0 : opt_.alibi_slopes[std::size_t(h)];
     const double gamma = opt_.decay.empty() ? 1.0 : opt_.decay[std::size_t(h)];
     const double lg = std::log(gamma);
@@ -149,7 +150,7 @@ class ScoresEpilogue {
         double p = -m * dsv;
         dm -= dsv * tau;
         if (want_raw_) {
-          const double wr = W(r, c) * raw_(r, c);
+          const double wr = double(W(r, c)) * double(raw_(r, c));
           dg += wr * tau / gamma;
           p += wr * lg;
         }
@@ -168,7 +169,7 @@ class ScoresEpilogue {
   const ScoreOptions& opt_;
   const ScoresGradients<R>& g_;
   bool want_raw_ = false, want_bias_ = false;
-  backward_run::RowMatrix raw_;
+  backward_run::RowMatrix<C> raw_;
 };
 
 }  // namespace scores_backward
@@ -198,11 +199,12 @@ void scores_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Tensor
   const auto kr = detail::ro(k);
   const auto dr = detail::ro(d_scores);
   using Rd = const std::remove_cv_t<Td>;
-  sb::ScoresEpilogue<Rd, R> epi(dr, tq, tk, opt, grads);
+  using C = detail::scores_kernels::arith_t<Tq, Tk>;  // the forward's arithmetic
+  sb::ScoresEpilogue<C, Rd, R> epi(dr, tq, tk, opt, grads);
   const detail::backward_run::Targets<R> targets{grads.parameters, grads.query_positions,
                                                  grads.key_positions, false};
-  detail::backward_run::Run<E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, Tdq, Tdk, R,
-                            sb::ScoresEpilogue<Rd, R>>
+  detail::backward_run::Run<C, E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, Tdq, Tdk,
+                            R, sb::ScoresEpilogue<C, Rd, R>>
       run(enc, qr, tq, kr, tk, dq, dk, targets, epi);
   run.run();
 }

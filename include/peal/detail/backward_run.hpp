@@ -11,11 +11,13 @@
 //
 // What W is belongs to the caller, an epilogue Epi with
 //   bool skip(double tmin, double tmax, double smin, double smax) const;   every pair masked
-//   void weights(Index h, Index kh, Index ib, Index ni, Index jb, Index nj, const Rows& qh,
-//                const Tile& kt, Tile W);   W for query head h, rows ib.., keys jb..; kt holds
+//   void weights(Index h, Index kh, Index ib, Index ni, Index jb, Index nj, const Rows<C>& qh,
+//                const Tile<C>& kt, Tile<C> W);   W for query head h, rows ib.., keys jb..; kt holds
 //                the rows (A_X(Δ) k̂_j)ᵀ, so qh ktᵀ is the raw score tile
 // and its own gradients (ALiBi slopes, decays, sinks, the bias's share of the positions).
-// Arithmetic in double; one thread, deterministic (tiles and heads in a fixed order).
+// Arithmetic in C (float, or double when an input stores double, as the forward's); positions,
+// tile anchors and parameters in double; one thread, deterministic (tiles and heads in a
+// fixed order).
 #pragma once
 
 #include <algorithm>
@@ -46,13 +48,19 @@ const auto& cross(const BasisChange<I>& e) {
   return cross(e.inner());
 }
 
-using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Rows = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
-using Tile = Eigen::Ref<RowMatrix, 0, Eigen::OuterStride<>>;
+// Matrices of the arithmetic type C (float, or double when an input stores double: the
+// forward's scores_kernels::arith_t).
+template <class C>
+using RowMatrix = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class C>
+using Rows = Eigen::Map<RowMatrix<C>, 0, Eigen::OuterStride<>>;
+template <class C>
+using Tile = Eigen::Ref<RowMatrix<C>, 0, Eigen::OuterStride<>>;
 
-// Head h of a [tokens, heads, d] double buffer, rows [b, b + n).
-inline Rows head_rows(std::vector<double>& v, Index b, Index n, Index heads, Index h, Index d) {
-  return Rows(v.data() + (b * heads + h) * d, n, d, Eigen::OuterStride<>(heads * d));
+// Head h of a [tokens, heads, d] buffer, rows [b, b + n).
+template <class C>
+Rows<C> head_rows(std::vector<C>& v, Index b, Index n, Index heads, Index h, Index d) {
+  return Rows<C>(v.data() + (b * heads + h) * d, n, d, Eigen::OuterStride<>(heads * d));
 }
 
 template <class T>
@@ -65,18 +73,21 @@ TensorView<T> token_range(const TensorView<T>& v, Index b, Index n) {
 // few MB per call cost more page faults than the arithmetic at n = 512): the encoded key rows
 // and their gradient (nk·Hk·d doubles each), one query tile's (256·Hq·d each), the tile pair's
 // matrices. It grows to the largest call made on the thread and is not released.
+template <class C>
 struct Workspace {
-  std::vector<double> khat, dkhat, qhat, dqhat, xbuf;
-  RowMatrix W, kt, u;
+  std::vector<C> khat, dkhat, qhat, dqhat, xbuf;
+  RowMatrix<C> W, kt, u;
   static Workspace& local() {
     thread_local Workspace w;
     return w;
   }
 };
-inline void at_least(std::vector<double>& v, Index n) {
+template <class T>
+void at_least(std::vector<T>& v, Index n) {
   if (Index(v.size()) < n) v.resize(std::size_t(n));
 }
-inline void at_least(RowMatrix& m, Index rows, Index cols) {
+template <class C>
+void at_least(RowMatrix<C>& m, Index rows, Index cols) {
   if (m.rows() < rows || m.cols() < cols)
     m.resize(std::max(rows, Index(m.rows())), std::max(cols, Index(m.cols())));
 }
@@ -104,7 +115,7 @@ struct Targets {
   bool keys_encoded = false;
 };
 
-template <class E, class Tq, class Tk, class Tdq, class Tdk, class R, class Epi>
+template <class C, class E, class Tq, class Tk, class Tdq, class Tdk, class R, class Epi>
 class Run {
  public:
   Run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
@@ -114,7 +125,7 @@ class Run {
         nq_(q.tokens()), nk_(k.tokens()), Hq_(q.heads()), Hk_(k.heads()), d_(q.dim()),
         G_(Hq_ / Hk_) {
     const scores_kernels::coder_t<double, E> coder(enc);
-    using L = scores_kernels::rebase_limits<double>;
+    using L = scores_kernels::rebase_limits<C>;
     const bool pure = g.keys_encoded || (coder.rate() == 0 && coder.degree() == 0);
     const double h = scores_kernels::max_half_spread(coder.rate(), coder.degree(), L::exp_budget,
                                                      L::poly_budget);
@@ -146,16 +157,16 @@ class Run {
 
   // q̂ (k̂) of tile I: F(t − T_I) q (G(s − S_J) k) into rows [b, b + n) of buf (the query
   // buffer holds one tile).
-  void encode_tile(bool query, Index I, std::vector<double>& buf) {
+  void encode_tile(bool query, Index I, std::vector<C>& buf) {
     if (d_ == 0) return;  // no coordinates: only the epilogue's gradients
     const scores_kernels::TilePlan& p = query ? qp_ : kp_;
     const Index b = p.begin[std::size_t(I)], n = p.rows(I), H = query ? Hq_ : Hk_;
     const Index off = query ? 0 : b;
-    const TensorView<double> dst(buf.data() + off * H * d_, n, H, d_);
+    const TensorView<C> dst(buf.data() + off * H * d_, n, H, d_);
     if (!query && g_.keys_encoded) {  // k̂ = G(s) k as given
       for (Index r = 0; r < n; ++r)
         for (Index h = 0; h < H; ++h)
-          for (Index e = 0; e < d_; ++e) dst(r, h, e) = scores_kernels::to_arith<double>(k_(b + r, h, e));
+          for (Index e = 0; e < d_; ++e) dst(r, h, e) = scores_kernels::to_arith<C>(k_(b + r, h, e));
       return;
     }
     const std::vector<double> rel = relative(query, I);
@@ -166,12 +177,12 @@ class Run {
   }
 
   // dq̂ (dk̂) of a tile through the encode backward at the relative positions.
-  void backward_tile(bool query, Index I, std::vector<double>& dbuf) {
+  void backward_tile(bool query, Index I, std::vector<C>& dbuf) {
     if (d_ == 0) return;
     const scores_kernels::TilePlan& p = query ? qp_ : kp_;
     const Index b = p.begin[std::size_t(I)], n = p.rows(I), H = query ? Hq_ : Hk_;
     const Index off = query ? 0 : b;
-    const TensorView<const double> dv(dbuf.data() + off * H * d_, n, H, d_);
+    const TensorView<const C> dv(dbuf.data() + off * H * d_, n, H, d_);
     if (!query && g_.keys_encoded) {  // dk = dk̂
       if (!dk_.empty())
         for (Index r = 0; r < n; ++r)
@@ -183,14 +194,14 @@ class Run {
     std::vector<R>* pos_out = query ? g_.query_positions : g_.key_positions;
     std::vector<R> dpos(pos_out ? std::size_t(n) : 0, R(0));
     const EncodeGradients<R> eg{g_.parameters, pos_out ? &dpos : nullptr};
-    // The rows in double, as dv: the rotation banks' direct pair sums need one storage type.
+    // The rows in C, as dv: the rotation banks' direct pair sums need one storage type.
     at_least(ws_.xbuf, n * H * d_);
-    const TensorView<double> xv(ws_.xbuf.data(), n, H, d_);
+    const TensorView<C> xv(ws_.xbuf.data(), n, H, d_);
     for (Index r = 0; r < n; ++r)
       for (Index h = 0; h < H; ++h)
         for (Index e = 0; e < d_; ++e)
-          xv(r, h, e) = query ? scores_kernels::to_arith<double>(q_(b + r, h, e))
-                              : scores_kernels::to_arith<double>(k_(b + r, h, e));
+          xv(r, h, e) = query ? scores_kernels::to_arith<C>(q_(b + r, h, e))
+                              : scores_kernels::to_arith<C>(k_(b + r, h, e));
     const std::vector<double> rel = relative(query, I);
     if (query)
       encode_queries_backward(enc_, ro(xv), Positions(rel), dv, token_range(dq_, b, n), eg);
@@ -229,17 +240,17 @@ class Run {
     auto W = ws_.W.topLeftCorner(ni, nj);
     auto kt = ws_.kt.topLeftCorner(nj, d_);
     auto u = ws_.u.topLeftCorner(nj, d_);
-    RowMatrix ax;  // A_X(Δ), dense: applied to a tile's rows by a GEMM
-    if (shifted) ax = cross(enc_).A(real_t<typename E::Scalar>(delta)).template cast<double>();
+    RowMatrix<C> ax;  // A_X(Δ), dense: applied to a tile's rows by a GEMM
+    if (shifted) ax = cross(enc_).A(real_t<typename E::Scalar>(delta)).template cast<C>();
     for (Index kh = 0; kh < Hk_; ++kh) {
-      const Rows kh_rows = head_rows(ws_.khat, jb, nj, Hk_, kh, d_);
+      const Rows<C> kh_rows = head_rows(ws_.khat, jb, nj, Hk_, kh, d_);
       if (shifted)  // rows k̃_jᵀ = k̂_jᵀ A_X(Δ)ᵀ
         kt.noalias() = kh_rows * ax.transpose();
       else
         kt = kh_rows;
       u.setZero();
       for (Index h = kh * G_; h < (kh + 1) * G_; ++h) {
-        const Rows qh = head_rows(ws_.qhat, 0, ni, Hq_, h, d_);
+        const Rows<C> qh = head_rows(ws_.qhat, 0, ni, Hq_, h, d_);
         epi_.weights(h, kh, ib, ni, jb, nj, qh, kt, W);
         head_rows(ws_.dqhat, 0, ni, Hq_, h, d_).noalias() += W * kt;
         u.noalias() += W.transpose() * qh;
@@ -268,7 +279,7 @@ class Run {
   Epi& epi_;
   const Index nq_, nk_, Hq_, Hk_, d_, G_;
   scores_kernels::TilePlan qp_, kp_;
-  Workspace& ws_ = Workspace::local();
+  Workspace<C>& ws_ = Workspace<C>::local();
 };
 
 }  // namespace backward_run
