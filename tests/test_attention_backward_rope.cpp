@@ -1,0 +1,57 @@
+// Tests of include/peal/attention_backward.hpp: RoPE (sinks, softcap, encoded keys, a window),
+// and float storage with float arithmetic (the reference, the tolerance and the check:
+// tests/attention_backward_check.hpp, derived at the top of tests/test_attention_backward.cpp;
+// split from it so that neither TU passes 1.5 GB of compile).
+#include <catch2/catch.hpp>
+
+#include "attention_backward_check.hpp"
+
+using namespace peal_test;
+using namespace peal_test::attention_backward_check;
+
+TEST_CASE("attention backward: RoPE near 1.7e9 with sinks and a softcap, encoded keys, a window",
+          "[attention_backward]") {
+  const Shape rope{5, 7, 4, 2, 6, 1.7e9, 1.7e9 + 4096, true, kNone, 2.5, true, true, false};
+  check_attention_backward<RopePartial>(rope, Regime::Random, 0, 5);
+  Shape enc = rope;
+  enc.keys_encoded = true;
+  check_attention_backward<RopePartial>(enc, Regime::Random, 0, 6);
+  // A window of 16 over 64 positions, both directions visible otherwise: the masked pairs
+  // would carry most of the weight.
+  const Shape win{6, 8, 2, 2, 4, 0, 64, false, 16, 0, false, false, false};
+  check_attention_backward<RopePartial>(win, Regime::Random, 0, 7);
+}
+
+TEST_CASE("attention backward: float storage, float arithmetic", "[attention_backward]") {
+  // Float's rebasing budget cuts 3000 positions into tiles of half-spread ~16 (Jordan chains).
+  const Shape wide{6, 9, 4, 2, 5, 0, 3000, true, 1500, 0, true, false, false};
+  check_attention_backward<MixedFam, float>(wide, Regime::Large, 2, 13);
+  const Shape rope{5, 7, 4, 2, 6, 1.7e9, 1.7e9 + 4096, true, kNone, 2.5, true, true, false};
+  check_attention_backward<RopePartial, float>(rope, Regime::Random, 0, 14);
+}
+
+// The out and lse attention_backward takes are the forward's own: peal::attention on the
+// reference's inputs (RoPE, ALiBi, sinks, softcap, causal) gives them within rel of the
+// reference's (an lse moves by the logits' error, rel relative to their scale; out, a softmax
+// average of values in [−1, 1], by as much). One family: the conventions do not depend on it.
+TEST_CASE("attention backward: out and lse as the forward returns them", "[attention_backward]") {
+  const Shape sh{5, 7, 4, 2, 6, 0, 4096, true, kNone, 2.5, true, true, false};
+  auto c = Problem<RopePartial>::make(sh, Regime::Random, 15);
+  const int d = c.d;
+  std::vector<double> out2(c.out.size()), lse2(c.lse.size());
+  peal::AttentionOptions fo = c.opt;
+  fo.lse = lse2.data();
+  peal::attention(c.enc, TensorView<const double>(c.q.data(), sh.nq, sh.Hq, d),
+                  peal::Positions(c.tq), TensorView<const double>(c.k.data(), sh.nk, sh.Hk, d),
+                  peal::Positions(c.tk), TensorView<const double>(c.v.data(), sh.nk, sh.Hk, sh.dv),
+                  TensorView<double>(out2.data(), sh.nq, sh.Hq, sh.dv), fo);
+  LD pmax = 0;
+  for (double t : c.tq) pmax = std::max(pmax, std::abs(LD(t)));
+  const LD xn = max_abs(MLD(c.twin.generator())) * d;
+  const LD rel = Tol<double>::score_gradient(d, 1, 0, 0, sh.nk) + Tol<double>::phase(xn * 4 * pmax);
+  for (std::size_t x = 0; x < lse2.size(); ++x) {
+    INFO("lse[" << x << "]: forward " << lse2[x] << ", reference " << c.lse[x]);
+    CHECK(std::abs(LD(lse2[x]) - LD(c.lse[x])) <= rel * (1 + std::abs(LD(c.lse[x]))));
+  }
+  for (std::size_t x = 0; x < out2.size(); ++x) CHECK(std::abs(LD(out2[x]) - LD(c.out[x])) <= rel);
+}
