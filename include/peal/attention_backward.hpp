@@ -62,39 +62,23 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
   if (Index(lse.size()) != nq * Hq)
     fail(w + ": lse has " + std::to_string(lse.size()) + " entries, expected nq Hq = " +
          std::to_string(nq * Hq) + " (the forward's AttentionOptions::lse)");
-  auto same_extents = [&](const auto& a, const auto& b, const char* what) {
-    if (a.tokens() != b.tokens() || a.heads() != b.heads() || a.dim() != b.dim())
-      fail(w + ": " + what);
-  };
-  same_extents(dout, out, "d_out must have the extents of out");
-  if (!dq.empty()) same_extents(dq, q, "dq must have the extents of q, or be empty");
-  if (!dk.empty()) same_extents(dk, k, "dk must have the extents of k, or be empty");
-  if (!dv.empty()) same_extents(dv, v, "dv must have the extents of v, or be empty");
-  auto disjoint = [&](const auto& a, const char* name) {
-    if (a.empty()) return;
-    auto apart = [&](const auto& b, const char* other) {
-      if (!b.empty() && may_overlap(a, b)) fail(w + ": " + name + " overlaps " + other);
-    };
-    apart(q, "q"), apart(k, "k"), apart(v, "v"), apart(out, "out"), apart(dout, "d_out");
-  };
-  disjoint(dq, "dq"), disjoint(dk, "dk"), disjoint(dv, "dv");
-  if (!dq.empty() && !dk.empty() && may_overlap(dq, dk)) fail(w + ": dq overlaps dk");
-  if (!dq.empty() && !dv.empty() && may_overlap(dq, dv)) fail(w + ": dq overlaps dv");
-  if (!dk.empty() && !dv.empty() && may_overlap(dk, dv)) fail(w + ": dk overlaps dv");
-  auto size = [&](const auto* x, Index n, const char* what) {
-    if (x && Index(x->size()) != n)
-      fail(w + ": the " + what + " gradient has " + std::to_string(x->size()) +
-           " entries, expected " + std::to_string(n));
-  };
-  size(g.parameters, Index(parameter_count(enc)), "parameter");
-  size(g.query_positions, nq, "query position");
-  size(g.key_positions, nk, "key position");
-  if (g.alibi_slopes && opt.alibi_slopes.empty())
-    fail(w + ": an ALiBi slope gradient was asked for, but the options have no slopes");
-  if (g.sinks && opt.sinks.empty())
-    fail(w + ": a sink gradient was asked for, but the options have no sinks");
-  size(g.alibi_slopes, Hq, "ALiBi slope");
-  size(g.sinks, Hq, "sink");
+  if (dout.tokens() != out.tokens() || dout.heads() != out.heads() || dout.dim() != out.dim())
+    fail(w + ": d_out must have the extents of out");
+  // Each output against every input and the outputs checked before it.
+  const auto Q = std::make_pair(&q, "q");
+  const auto K = std::make_pair(&k, "k");
+  const auto V = std::make_pair(&v, "v");
+  const auto O = std::make_pair(&out, "out");
+  const auto DO = std::make_pair(&dout, "d_out");
+  br::check_output(w, dq, "dq", q, "q", Q, K, V, O, DO);
+  br::check_output(w, dk, "dk", k, "k", Q, K, V, O, DO, std::make_pair(&dq, "dq"));
+  br::check_output(w, dv, "dv", v, "v", Q, K, V, O, DO, std::make_pair(&dq, "dq"),
+                   std::make_pair(&dk, "dk"));
+  br::check_size(w, g.parameters, Index(parameter_count(enc)), "parameter");
+  br::check_size(w, g.query_positions, nq, "query position");
+  br::check_size(w, g.key_positions, nk, "key position");
+  br::check_head_option(w, g.alibi_slopes, opt.alibi_slopes, Hq, "ALiBi slope");
+  br::check_head_option(w, g.sinks, opt.sinks, Hq, "sink");
 }
 
 // Working memory of the epilogue, kept by the calling thread between calls (as the driver's,

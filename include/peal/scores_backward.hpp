@@ -74,28 +74,16 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
   disjoint(ds, q, "d_scores overlaps q");
   disjoint(ds, k, "d_scores overlaps k");
   scores_kernels::check_scores(enc, q, tq, k, tk, ds, opt, "scores_backward");
-  if (!dq.empty() && (dq.tokens() != nq || dq.heads() != Hq || dq.dim() != q.dim()))
-    fail(w + ": dq must have the extents of q, or be empty");
-  if (!dk.empty() && (dk.tokens() != nk || dk.heads() != k.heads() || dk.dim() != k.dim()))
-    fail(w + ": dk must have the extents of k, or be empty");
-  disjoint(dq, q, "dq overlaps q"), disjoint(dq, k, "dq overlaps k");
-  disjoint(dk, q, "dk overlaps q"), disjoint(dk, k, "dk overlaps k");
-  disjoint(dq, ds, "dq overlaps d_scores"), disjoint(dk, ds, "dk overlaps d_scores");
-  disjoint(dq, dk, "dq overlaps dk");
-  auto size = [&](const auto* v, Index n, const char* what) {
-    if (v && Index(v->size()) != n)
-      fail(w + ": the " + what + " gradient has " + std::to_string(v->size()) +
-           " entries, expected " + std::to_string(n));
-  };
-  size(g.parameters, Index(parameter_count(enc)), "parameter");
-  size(g.query_positions, nq, "query position");
-  size(g.key_positions, nk, "key position");
-  if (g.alibi_slopes && opt.alibi_slopes.empty())
-    fail(w + ": an ALiBi slope gradient was asked for, but the options have no slopes");
-  if (g.decay && opt.decay.empty())
-    fail(w + ": a decay gradient was asked for, but the options have no decays");
-  size(g.alibi_slopes, Hq, "ALiBi slope");
-  size(g.decay, Hq, "decay");
+  namespace br = backward_run;
+  br::check_output(w, dq, "dq", q, "q", std::make_pair(&q, "q"), std::make_pair(&k, "k"),
+                   std::make_pair(&ds, "d_scores"), std::make_pair(&dk, "dk"));
+  br::check_output(w, dk, "dk", k, "k", std::make_pair(&q, "q"), std::make_pair(&k, "k"),
+                   std::make_pair(&ds, "d_scores"));
+  br::check_size(w, g.parameters, Index(parameter_count(enc)), "parameter");
+  br::check_size(w, g.query_positions, nq, "query position");
+  br::check_size(w, g.key_positions, nk, "key position");
+  br::check_head_option(w, g.alibi_slopes, opt.alibi_slopes, Hq, "ALiBi slope");
+  br::check_head_option(w, g.decay, opt.decay, Hq, "decay");
 }
 
 // The epilogue of scores (detail/backward_run.hpp): W_ij = dS_ij scale γ_h^τ, 0 where masked;
@@ -129,7 +117,10 @@ class ScoresEpilogue {
       }
     }
     if (!want_raw_ && !want_bias_) return;
-    if (want_raw_) raw_.noalias() = qh * kt.transpose();  // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k
+    if (want_raw_) {  // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k, in a buffer kept across tile pairs
+      backward_run::at_least(raw_, ni, nj);
+      raw_.topLeftCorner(ni, nj).noalias() = qh * kt.transpose();
+    }
     bias(h, ib, ni, jb, nj, W);
   }
 

@@ -22,13 +22,17 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../derivatives.hpp"
 #include "../encode_backward.hpp"
+#include "../errors.hpp"
 #include "../positions.hpp"
 #include "../view.hpp"
+#include "overlap.hpp"
 #include "scores_coders.hpp"
 #include "storage.hpp"
 #include "tile_plan.hpp"
@@ -102,6 +106,36 @@ inline scores_kernels::TilePlan plan(const Positions& p, Index n, Index max_rows
       t.data(), n, max_rows, pure ? std::numeric_limits<double>::infinity() : h);
   if (pure) std::fill(tp.anchor.begin(), tp.anchor.end(), 0.0);
   return tp;
+}
+
+// ---- Validation shared by the backward kernels (scores_backward.hpp, attention_backward.hpp)
+// An output gradient view: empty (not wanted) or with the extents of its input, and touching
+// none of the views it is read beside.
+template <class TD, class TX, class... Read>
+void check_output(const std::string& w, const TensorView<TD>& d, const char* name,
+                  const TensorView<TX>& like, const char* like_name,
+                  const std::pair<const Read*, const char*>&... read) {
+  if (d.empty()) return;
+  if (d.tokens() != like.tokens() || d.heads() != like.heads() || d.dim() != like.dim())
+    fail(w + ": " + name + " must have the extents of " + like_name + ", or be empty");
+  auto apart = [&](const auto& v, const char* other) {
+    if (!v.empty() && may_overlap(d, v)) fail(w + ": " + name + " overlaps " + other);
+  };
+  (apart(*read.first, read.second), ...);
+}
+// A gradient vector: n entries when wanted.
+template <class T>
+void check_size(const std::string& w, const std::vector<T>* g, Index n, const char* what) {
+  if (g && Index(g->size()) != n)
+    fail(w + ": the " + what + " gradient has " + std::to_string(g->size()) + " entries, expected " +
+         std::to_string(n));
+}
+// The gradient of a per-head option (ALiBi slopes, decays, sinks): only when the option is set.
+inline void check_head_option(const std::string& w, const std::vector<double>* g,
+                              const std::vector<double>& option, Index Hq, const char* what) {
+  if (g && option.empty())
+    fail(w + ": a " + std::string(what) + " gradient was asked for, but the options have none");
+  check_size(w, g, Hq, what);
 }
 
 /// Where the encoding's gradients go (each may be null) and whether the keys arrive encoded
