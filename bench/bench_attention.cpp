@@ -131,34 +131,39 @@ void BM_prefill(benchmark::State& state, bool causal) {
   state.counters["max_diff"] = diff;
 }
 
-// attention_backward (include/peal/attention_backward.hpp) against its forward, paired: the
-// backward with dq, dk, dv and the RoPE frequencies' gradient from the forward's out and lse
-// (d_out random), and the forward keeping lse. vs_forward = forward time / backward time.
-// GFLOPS counts the backward's five n² d products (FlashAttention-2: S, dP, dV, dQ, dK; half
-// of them causal); the backward computes in double, the forward in float.
+// attention_backward (include/peal/attention_backward.hpp), paired with: its forward
+// (peal::attention keeping lse); the unfused pipeline of the same gradients (encode q and k,
+// per head P = exp(S − lse) from a full n x n GEMM, dV = Pᵀ dO, dP = dO Vᵀ, dS = P (dP − D),
+// dQ̃ = dS K̃, dK̃ = dSᵀ Q̃ by Eigen's GEMMs, then the encode backward of each side with the
+// frequencies' gradient); and those five GEMMs alone. All float, one thread; H = 4 heads or
+// one (state.range(1)). vs_x = x's time / the backward's. GFLOPS counts the five n² d
+// products (half of them causal; the unfused pipeline and the GEMMs compute all of them).
 void BM_backward(benchmark::State& state, bool causal) {
-  const Index n = state.range(0), H = kPrefillHeads, d = kDim;
+  const Index n = state.range(0), H = state.range(1), d = kDim;
   PrefillData& D = prefill_data(n);
   const auto enc = rope_preset();
   const auto pos = Positions::sequence(0.0);
-  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
-      v(D.v.data(), n, H, d);
+  const peal::Strides st{kPrefillHeads * d, d, 1};  // the first H heads of the 4-head data
+  const TensorView<const float> q(D.q.data(), n, H, d, st), k(D.k.data(), n, H, d, st),
+      v(D.v.data(), n, H, d, st);
   std::vector<double> lse(std::size_t(n * H));
   AttentionOptions ao;
   ao.causal = causal;
   ao.threads = 1;
   ao.lse = lse.data();
-  static const std::vector<float> dout = random_floats(std::size_t(n * H * d), 7);
-  std::vector<float> dq(D.q.size()), dk(D.k.size()), dv(D.v.size());
+  const double scale = 1.0 / std::sqrt(double(d));
+  static const std::vector<float> dout_all = random_floats(std::size_t(n * kPrefillHeads * d), 7);
+  const std::vector<float> dout(dout_all.begin(), dout_all.begin() + n * H * d);
+  std::vector<float> out(std::size_t(n * H * d)), dq(out.size()), dk(out.size()), dv(out.size());
   std::vector<double> gp(std::size_t(peal::parameter_count(enc)));
   auto forward = [&] {
-    peal::attention(enc, q, pos, k, pos, v, TensorView<float>(D.out.data(), n, H, d), ao);
+    peal::attention(enc, q, pos, k, pos, v, TensorView<float>(out.data(), n, H, d), ao);
   };
   forward();
   AttentionOptions bo = ao;
   bo.lse = nullptr;
   const std::vector<double> lse0 = lse;
-  const std::vector<float> out0 = D.out;
+  const std::vector<float> out0 = out;
   auto backward = [&] {
     peal::attention_backward(enc, q, pos, k, pos, v, TensorView<const float>(out0.data(), n, H, d),
                              lse0, TensorView<const float>(dout.data(), n, H, d),
@@ -166,8 +171,50 @@ void BM_backward(benchmark::State& state, bool causal) {
                              TensorView<float>(dk.data(), n, H, d),
                              TensorView<float>(dv.data(), n, H, d), bo, {&gp});
   };
+  std::vector<float> qe(out.size()), ke(out.size()), dqe(out.size()), dke(out.size());
+  RowMat S(n, n), dP(n, n);
+  auto gemms = [&](bool softmax) {
+    const Eigen::OuterStride<> hs(H * d), vs(kPrefillHeads * d);
+    for (Index h = 0; h < H; ++h) {
+      const ConstStridedMap Q(qe.data() + h * d, n, d, hs), K(ke.data() + h * d, n, d, hs),
+          V(D.v.data() + h * d, n, d, vs), dO(dout.data() + h * d, n, d, hs),
+          O(out0.data() + h * d, n, d, hs);
+      StridedMap dQ(dqe.data() + h * d, n, d, hs), dK(dke.data() + h * d, n, d, hs),
+          dV(dv.data() + h * d, n, d, hs);
+      S.noalias() = Q * K.transpose();
+      if (softmax)
+        for (Index i = 0; i < n; ++i) {
+          const float l = float(lse0[std::size_t(i * H + h)]);
+          for (Index j = 0; j < n; ++j)
+            S(i, j) = causal && j > i ? 0.0f : std::exp(float(scale) * S(i, j) - l);
+        }
+      dV.noalias() = S.transpose() * dO;
+      dP.noalias() = dO * V.transpose();
+      if (softmax)
+        for (Index i = 0; i < n; ++i) {
+          const float Di = dO.row(i).dot(O.row(i));
+          dP.row(i).array() = S.row(i).array() * (dP.row(i).array() - Di) * float(scale);
+        }
+      dQ.noalias() = dP * K;
+      dK.noalias() = dP.transpose() * Q;
+    }
+  };
+  auto unfused = [&] {
+    peal::encode_queries(enc, q, TensorView<float>(qe.data(), n, H, d), pos);
+    peal::encode_keys(enc, k, TensorView<float>(ke.data(), n, H, d), pos);
+    gemms(true);
+    peal::encode_queries_backward(enc, q, pos, TensorView<const float>(dqe.data(), n, H, d),
+                                  TensorView<float>(dq.data(), n, H, d), {&gp});
+    peal::encode_keys_backward(enc, k, pos, TensorView<const float>(dke.data(), n, H, d),
+                               TensorView<float>(dk.data(), n, H, d), {&gp});
+  };
   const double flops = 10.0 * double(n) * double(n) * double(d) * double(H) * (causal ? 0.5 : 1.0);
-  paired_run(state, {{"", 1, backward}, {"forward", 1, forward}}, flops * 1e-9, "GFLOPS");
+  paired_run(state,
+             {{"", 1, backward},
+              {"forward", 1, forward},
+              {"unfused", 1, unfused},
+              {"gemms", 1, [&] { gemms(false); }}},
+             flops * 1e-9, "GFLOPS");
 }
 
 void BM_prefill_threads(benchmark::State& state, bool causal) {
@@ -497,8 +544,10 @@ void BM_fma_peak(benchmark::State& state) {
   for (bool causal : {false, true})
     paired(std::string("backward/") + (causal ? "rope_causal" : "rope"),
            [causal](benchmark::State& s) { BM_backward(s, causal); })
-        ->Arg(512)
-        ->Arg(2048);
+        ->Args({512, 4})
+        ->Args({2048, 4})
+        ->Args({512, 1})
+        ->Args({2048, 1});
   for (bool hm : {false, true})
     for (bool encoded : {false, true})
       paired(std::string("decode/") + (encoded ? "encoded" : "raw") + (hm ? "_headmajor" : ""),

@@ -134,7 +134,7 @@ void check_size(const std::string& w, const std::vector<T>* g, Index n, const ch
 inline void check_head_option(const std::string& w, const std::vector<double>* g,
                               const std::vector<double>& option, Index Hq, const char* what) {
   if (g && option.empty())
-    fail(w + ": a " + std::string(what) + " gradient was asked for, but the options have none");
+    fail(w + ": the " + std::string(what) + " gradient was asked for, but the options have none");
   check_size(w, g, Hq, what);
 }
 
