@@ -14,6 +14,7 @@
 
 #include "derivative_check.hpp"
 #include "families.hpp"
+#include "strided_views.hpp"
 #include "tolerances.hpp"
 
 namespace peal_test {
@@ -25,6 +26,7 @@ using VLD = peal::Vector<LD>;
 using peal::Index;
 using peal::TensorView;
 using peal_test::derivative_check::kappa2;
+using peal_test::derivative_check::check_all;
 using peal_test::derivative_check::max_abs;
 
 struct Shape {
@@ -191,22 +193,13 @@ struct Problem {
   }
 };
 
-template <class T>
-void check_all(const char* what, const std::vector<T>& got, const std::vector<LD>& ref,
-               const std::vector<LD>& mag, LD rel, LD floor) {
-  REQUIRE(got.size() == ref.size());
-  for (std::size_t x = 0; x < got.size(); ++x) {
-    INFO(what << "[" << x << "]: " << double(got[x]) << " vs " << double(ref[x]) << ", bound "
-              << double(rel * mag[x]));
-    CHECK(std::abs(LD(got[x]) - ref[x]) <= rel * mag[x] + floor);
-  }
-}
-
 // One call with every gradient against the reference; p the longest Jordan chain − 1, for
 // the rebasing amplification of Tol::score.
 // T: the storage of q, k, v, out and d_out; C, the arithmetic, is float for float storage.
+// strided: every input and output through strided views (padded_strides) instead of dense ones.
 template <class Fam, class T = double>
-void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64_t seed) {
+void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64_t seed,
+                              bool strided = false) {
   using C = peal::detail::scores_kernels::arith_t<T, T>;
   auto c = Problem<Fam>::template make<T>(sh, regime, seed);
   const int d = c.d, P = peal::parameter_count(c.enc);
@@ -218,17 +211,32 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
     peal::encode_keys(c.enc, TensorView<double>(kin.data(), sh.nk, sh.Hk, d), peal::Positions(c.tk));
   const std::vector<T> qs(c.q.begin(), c.q.end()), ks(kin.begin(), kin.end()),
       vs(c.v.begin(), c.v.end()), os(c.out.begin(), c.out.end()), ds(c.dout.begin(), c.dout.end());
+  // A view of x ([n, H, w] dense, or its scattered copy when strided).
+  const auto in = [&](const std::vector<T>& x, std::vector<T>& keep, int n, int H, int w) {
+    if (!strided) return TensorView<const T>(x.data(), n, H, w);
+    keep = scatter(x, n, H, w, T(-3));
+    return TensorView<const T>(keep.data(), n, H, w, padded_strides(n, w));
+  };
+  const auto out = [&](std::vector<double>& x, std::vector<double>& keep, int n, int H, int w) {
+    if (!strided) return TensorView<double>(x.data(), n, H, w);
+    keep = scatter(x, n, H, w, 7.0);
+    return TensorView<double>(keep.data(), n, H, w, padded_strides(n, w));
+  };
+  std::vector<T> q2, k2, v2, o2, d2;
+  std::vector<double> dq2, dk2, dv2;
   peal::attention_backward(
-      c.enc, TensorView<const T>(qs.data(), sh.nq, sh.Hq, d), peal::Positions(c.tq),
-      TensorView<const T>(ks.data(), sh.nk, sh.Hk, d), peal::Positions(c.tk),
-      TensorView<const T>(vs.data(), sh.nk, sh.Hk, sh.dv),
-      TensorView<const T>(os.data(), sh.nq, sh.Hq, sh.dv), c.lse,
-      TensorView<const T>(ds.data(), sh.nq, sh.Hq, sh.dv),
-      TensorView<double>(dq.data(), sh.nq, sh.Hq, d), TensorView<double>(dk.data(), sh.nk, sh.Hk, d),
-      TensorView<double>(dv.data(), sh.nk, sh.Hk, sh.dv), c.opt,
+      c.enc, in(qs, q2, sh.nq, sh.Hq, d), peal::Positions(c.tq), in(ks, k2, sh.nk, sh.Hk, d),
+      peal::Positions(c.tk), in(vs, v2, sh.nk, sh.Hk, sh.dv), in(os, o2, sh.nq, sh.Hq, sh.dv),
+      c.lse, in(ds, d2, sh.nq, sh.Hq, sh.dv), out(dq, dq2, sh.nq, sh.Hq, d),
+      out(dk, dk2, sh.nk, sh.Hk, d), out(dv, dv2, sh.nk, sh.Hk, sh.dv), c.opt,
       {&gp, &gt, &gs, sh.alibi ? &gm : nullptr, sh.sinks ? &gsk : nullptr});
+  if (strided) {
+    dq = gather(dq2, sh.nq, sh.Hq, d, 7.0);
+    dk = gather(dk2, sh.nk, sh.Hk, d, 7.0);
+    dv = gather(dv2, sh.nk, sh.Hk, sh.dv, 7.0);
+  }
   INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
-                 << "-bit arithmetic");
+                 << "-bit arithmetic" << (strided ? ", strided views" : ""));
   LD pmax = 0;
   for (double t : c.tq) pmax = std::max(pmax, std::abs(LD(t)));
   for (double s : c.tk) pmax = std::max(pmax, std::abs(LD(s)));

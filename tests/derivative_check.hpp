@@ -24,6 +24,19 @@ using MLD = peal::Matrix<LD>;
 
 inline LD max_abs(const MLD& m) { return m.size() ? m.cwiseAbs().maxCoeff() : LD(0); }
 
+// Each got[x] within rel · mag[x] + floor of ref[x] (the backward tests' comparison: mag holds
+// the magnitudes of the terms each reference result sums).
+template <class T>
+void check_all(const char* what, const std::vector<T>& got, const std::vector<LD>& ref,
+               const std::vector<LD>& mag, LD rel, LD floor = 0) {
+  REQUIRE(got.size() == ref.size());
+  for (std::size_t x = 0; x < got.size(); ++x) {
+    INFO(what << "[" << x << "]: " << double(got[x]) << " vs " << double(ref[x]) << ", bound "
+              << double(rel * mag[x] + floor));
+    CHECK(std::abs(LD(got[x]) - ref[x]) <= rel * mag[x] + floor);
+  }
+}
+
 // (‖P‖∞ ‖P⁻¹‖∞)²: the max-norm bounds here use the ∞-norm condition number (property_suite.hpp's
 // basis_kappa is the Frobenius one, for its Frobenius bounds), squared for P A_J P⁻¹.
 template <class E>

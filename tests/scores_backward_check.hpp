@@ -13,6 +13,7 @@
 
 #include "derivative_check.hpp"
 #include "families.hpp"
+#include "strided_views.hpp"
 #include "tolerances.hpp"
 
 namespace peal_test {
@@ -24,6 +25,7 @@ using VLD = peal::Vector<LD>;
 using peal::Index;
 using peal::TensorView;
 using peal_test::derivative_check::kappa2;
+using peal_test::derivative_check::check_all;
 using peal_test::derivative_check::max_abs;
 
 struct Shape {
@@ -135,23 +137,14 @@ Reference reference(const Problem<Fam>& p) {
   return r;
 }
 
-template <class T>
-void check_all(const char* what, const std::vector<T>& got, const std::vector<LD>& ref,
-               const std::vector<LD>& mag, LD rel) {
-  REQUIRE(got.size() == ref.size());
-  for (std::size_t x = 0; x < got.size(); ++x) {
-    INFO(what << "[" << x << "]: " << double(got[x]) << " vs " << double(ref[x]) << ", bound "
-              << double(rel * mag[x]));
-    CHECK(std::abs(LD(got[x]) - ref[x]) <= rel * mag[x]);
-  }
-}
-
 // One call with every gradient, against the reference. p: the longest Jordan chain − 1 of the
 // encoding; extra: 2 (d + 1) for a basis change (Tol::score).
 // T: the storage of q, k and d_scores (the inputs are rounded to it first, so that the
 // reference sees what the kernel sees); C, the arithmetic, is float for float storage.
+// strided: q, k, d_scores, dq and dk through strided views (tests/strided_views.hpp).
 template <class Fam, class T = double>
-void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, std::uint64_t seed) {
+void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, std::uint64_t seed,
+                           bool strided = false) {
   using C = peal::detail::scores_kernels::arith_t<T, T>;
   auto pr = Problem<Fam>::make(sh, regime, seed);
   for (auto* v : {&pr.q, &pr.k, &pr.ds})
@@ -164,14 +157,30 @@ void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, st
       gg(std::size_t(sh.Hq), 0.0);
   peal::ScoresGradients<double> grads{&gp, &gt, &gs, sh.alibi ? &gm : nullptr,
                                       sh.decay ? &gg : nullptr};
-  peal::scores_backward(pr.enc, TensorView<const T>(qs.data(), sh.nq, sh.Hq, d),
-                        peal::Positions(pr.tq), TensorView<const T>(ks.data(), sh.nk, sh.Hk, d),
-                        peal::Positions(pr.tk), TensorView<const T>(dss.data(), sh.Hq, sh.nq, sh.nk),
-                        TensorView<double>(dq.data(), sh.nq, sh.Hq, d),
-                        TensorView<double>(dk.data(), sh.nk, sh.Hk, d), pr.opt, grads);
+  // A view of x ([n, H, w] dense, or its scattered copy when strided).
+  const auto in = [&](const std::vector<T>& x, std::vector<T>& keep, int n, int H, int w) {
+    if (!strided) return TensorView<const T>(x.data(), n, H, w);
+    keep = scatter(x, n, H, w, T(-3));
+    return TensorView<const T>(keep.data(), n, H, w, padded_strides(n, w));
+  };
+  const auto out = [&](std::vector<double>& x, std::vector<double>& keep, int n, int H, int w) {
+    if (!strided) return TensorView<double>(x.data(), n, H, w);
+    keep = scatter(x, n, H, w, 7.0);
+    return TensorView<double>(keep.data(), n, H, w, padded_strides(n, w));
+  };
+  std::vector<T> q2, k2, ds2;
+  std::vector<double> dq2, dk2;
+  peal::scores_backward(pr.enc, in(qs, q2, sh.nq, sh.Hq, d), peal::Positions(pr.tq),
+                        in(ks, k2, sh.nk, sh.Hk, d), peal::Positions(pr.tk),
+                        in(dss, ds2, sh.Hq, sh.nq, sh.nk), out(dq, dq2, sh.nq, sh.Hq, d),
+                        out(dk, dk2, sh.nk, sh.Hk, d), pr.opt, grads);
+  if (strided) {
+    dq = gather(dq2, sh.nq, sh.Hq, d, 7.0);
+    dk = gather(dk2, sh.nk, sh.Hk, d, 7.0);
+  }
   const Reference r = reference(pr);
   INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
-                 << "-bit arithmetic");
+                 << "-bit arithmetic" << (strided ? ", strided views" : ""));
   LD pmax = 0;
   for (double t : pr.tq) pmax = std::max(pmax, std::abs(LD(t)));
   for (double s : pr.tk) pmax = std::max(pmax, std::abs(LD(s)));

@@ -30,6 +30,10 @@ TEST_CASE("attention backward: rebased tiles, GQA, causal and windowed masks, AL
   check_attention_backward<MixedFam>(wide, Regime::Large, 2, 3);
   const Shape small{7, 8, 2, 1, 3, -3, 3, false, kNone, 0, true, true, false};
   check_attention_backward<BasisChangeFam>(small, Regime::Random, 2, 4);
+  // Every input and output through strided views (element stride 2, gaps between tokens
+  // and heads): the same results, and nothing written between the elements.
+  check_attention_backward<MixedFam>(wide, Regime::Large, 2, 3, true);
+  check_attention_backward<BasisChangeFam>(small, Regime::Random, 2, 4, true);
 }
 
 TEST_CASE("attention backward: bad input throws and writes nothing", "[attention_backward]") {

@@ -28,6 +28,7 @@ TEST_CASE("attention backward: float storage, float arithmetic", "[attention_bac
   check_attention_backward<MixedFam, float>(wide, Regime::Large, 2, 13);
   const Shape rope{5, 7, 4, 2, 6, 1.7e9, 1.7e9 + 4096, true, kNone, 2.5, true, true, false};
   check_attention_backward<RopePartial, float>(rope, Regime::Random, 0, 14);
+  check_attention_backward<RopePartial, float>(rope, Regime::Random, 0, 14, true);  // strided
 }
 
 // The out and lse attention_backward takes are the forward's own: peal::attention on the

@@ -31,6 +31,7 @@ TEST_CASE("scores backward: rebased tiles, cross factors, a basis change", "[sco
   check_scores_backward<BasisChangeFam>(wide, Regime::Large, 2, true, 4);
   const Shape causal{7, 9, 2, 1, -3, 3, true, true, false};
   check_scores_backward<MixedFam>(causal, Regime::Random, 2, false, 5);
+  check_scores_backward<MixedFam>(causal, Regime::Random, 2, false, 5, true);  // strided views
   check_scores_backward<NestedFam>(causal, Regime::Random, 2, false, 6);
 }
 

@@ -24,4 +24,5 @@ TEST_CASE("scores backward: float storage, float arithmetic", "[scores_backward]
   check_scores_backward<MixedFam, float>(wide, Regime::Large, 2, false, 13);
   const Shape rope{5, 7, 4, 2, 1.7e9, 1.7e9 + 4096, true, true, true};
   check_scores_backward<RopePartial, float>(rope, Regime::Random, 0, false, 14);
+  check_scores_backward<RopePartial, float>(rope, Regime::Random, 0, false, 14, true);  // strided
 }
