@@ -211,16 +211,11 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
     peal::encode_keys(c.enc, TensorView<double>(kin.data(), sh.nk, sh.Hk, d), peal::Positions(c.tk));
   const std::vector<T> qs(c.q.begin(), c.q.end()), ks(kin.begin(), kin.end()),
       vs(c.v.begin(), c.v.end()), os(c.out.begin(), c.out.end()), ds(c.dout.begin(), c.dout.end());
-  // A view of x ([n, H, w] dense, or its scattered copy when strided).
   const auto in = [&](const std::vector<T>& x, std::vector<T>& keep, int n, int H, int w) {
-    if (!strided) return TensorView<const T>(x.data(), n, H, w);
-    keep = scatter(x, n, H, w, T(-3));
-    return TensorView<const T>(keep.data(), n, H, w, padded_strides(n, w));
+    return view_in(strided, x, keep, n, H, w);
   };
   const auto out = [&](std::vector<double>& x, std::vector<double>& keep, int n, int H, int w) {
-    if (!strided) return TensorView<double>(x.data(), n, H, w);
-    keep = scatter(x, n, H, w, 7.0);
-    return TensorView<double>(keep.data(), n, H, w, padded_strides(n, w));
+    return view_out(strided, x, keep, n, H, w);
   };
   std::vector<T> q2, k2, v2, o2, d2;
   std::vector<double> dq2, dk2, dv2;
@@ -230,11 +225,9 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
       c.lse, in(ds, d2, sh.nq, sh.Hq, sh.dv), out(dq, dq2, sh.nq, sh.Hq, d),
       out(dk, dk2, sh.nk, sh.Hk, d), out(dv, dv2, sh.nk, sh.Hk, sh.dv), c.opt,
       {&gp, &gt, &gs, sh.alibi ? &gm : nullptr, sh.sinks ? &gsk : nullptr});
-  if (strided) {
-    dq = gather(dq2, sh.nq, sh.Hq, d, 7.0);
-    dk = gather(dk2, sh.nk, sh.Hk, d, 7.0);
-    dv = gather(dv2, sh.nk, sh.Hk, sh.dv, 7.0);
-  }
+  read_back(strided, dq, dq2, sh.nq, sh.Hq, d);
+  read_back(strided, dk, dk2, sh.nk, sh.Hk, d);
+  read_back(strided, dv, dv2, sh.nk, sh.Hk, sh.dv);
   INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
                  << "-bit arithmetic" << (strided ? ", strided views" : ""));
   LD pmax = 0;

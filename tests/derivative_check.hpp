@@ -38,7 +38,7 @@ void check_all(const char* what, const std::vector<T>& got, const std::vector<LD
 }
 
 // (‖P‖∞ ‖P⁻¹‖∞)²: the max-norm bounds here use the ∞-norm condition number (property_suite.hpp's
-// basis_kappa is the Frobenius one, for its Frobenius bounds), squared for P A_J P⁻¹.
+// PropertyCase::kappa is the Frobenius one, for its Frobenius bounds), squared for P A_J P⁻¹.
 template <class E>
 LD kappa2(const E&) {
   return 1;

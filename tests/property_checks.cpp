@@ -11,10 +11,7 @@
 namespace peal_test {
 namespace {
 
-template <class M>
-LMatrix to_long(const M& m) {
-  return m.template cast<long double>();
-}
+using property_detail::to_long;
 long double norm(const LMatrix& m) { return m.norm(); }
 
 // Largest |Re lambda| of X: the growth rate of e^{tau X}. The diagonal of X holds the
@@ -177,7 +174,7 @@ void run_property_checks(const char* name, const PropertyCaseMaker<S>& make) {
   // above ~n eps per step is caught.
   {
     std::mt19937_64 rng(4242);
-    std::mt19937_64 rng_twin(4242);
+    std::mt19937_64 rng_twin(4242);  // the twin make() builds too; unused here
     Draw d{rng, Regime::Random}, d_twin{rng_twin, Regime::Random};
     const PropertyCase<S> e = make(d, d_twin);
     const int n = e.n;

@@ -157,27 +157,15 @@ void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, st
       gg(std::size_t(sh.Hq), 0.0);
   peal::ScoresGradients<double> grads{&gp, &gt, &gs, sh.alibi ? &gm : nullptr,
                                       sh.decay ? &gg : nullptr};
-  // A view of x ([n, H, w] dense, or its scattered copy when strided).
-  const auto in = [&](const std::vector<T>& x, std::vector<T>& keep, int n, int H, int w) {
-    if (!strided) return TensorView<const T>(x.data(), n, H, w);
-    keep = scatter(x, n, H, w, T(-3));
-    return TensorView<const T>(keep.data(), n, H, w, padded_strides(n, w));
-  };
-  const auto out = [&](std::vector<double>& x, std::vector<double>& keep, int n, int H, int w) {
-    if (!strided) return TensorView<double>(x.data(), n, H, w);
-    keep = scatter(x, n, H, w, 7.0);
-    return TensorView<double>(keep.data(), n, H, w, padded_strides(n, w));
-  };
   std::vector<T> q2, k2, ds2;
   std::vector<double> dq2, dk2;
-  peal::scores_backward(pr.enc, in(qs, q2, sh.nq, sh.Hq, d), peal::Positions(pr.tq),
-                        in(ks, k2, sh.nk, sh.Hk, d), peal::Positions(pr.tk),
-                        in(dss, ds2, sh.Hq, sh.nq, sh.nk), out(dq, dq2, sh.nq, sh.Hq, d),
-                        out(dk, dk2, sh.nk, sh.Hk, d), pr.opt, grads);
-  if (strided) {
-    dq = gather(dq2, sh.nq, sh.Hq, d, 7.0);
-    dk = gather(dk2, sh.nk, sh.Hk, d, 7.0);
-  }
+  peal::scores_backward(pr.enc, view_in(strided, qs, q2, sh.nq, sh.Hq, d), peal::Positions(pr.tq),
+                        view_in(strided, ks, k2, sh.nk, sh.Hk, d), peal::Positions(pr.tk),
+                        view_in(strided, dss, ds2, sh.Hq, sh.nq, sh.nk),
+                        view_out(strided, dq, dq2, sh.nq, sh.Hq, d),
+                        view_out(strided, dk, dk2, sh.nk, sh.Hk, d), pr.opt, grads);
+  read_back(strided, dq, dq2, sh.nq, sh.Hq, d);
+  read_back(strided, dk, dk2, sh.nk, sh.Hk, d);
   const Reference r = reference(pr);
   INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
                  << "-bit arithmetic" << (strided ? ", strided views" : ""));

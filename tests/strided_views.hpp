@@ -44,4 +44,28 @@ std::vector<T> gather(const std::vector<T>& b, int n, int H, int w, T fill) {
   return x;
 }
 
+
+// The kernel's view of the dense [n, H, w] array x: x itself, or (strided) a scattered copy
+// held in keep, its gaps filled with `fill`.
+template <class T>
+peal::TensorView<const T> view_in(bool strided, const std::vector<T>& x, std::vector<T>& keep,
+                                  int n, int H, int w, T fill = T(-3)) {
+  if (!strided) return peal::TensorView<const T>(x.data(), n, H, w);
+  keep = scatter(x, n, H, w, fill);
+  return peal::TensorView<const T>(keep.data(), n, H, w, padded_strides(n, w));
+}
+template <class T>
+peal::TensorView<T> view_out(bool strided, std::vector<T>& x, std::vector<T>& keep, int n, int H,
+                             int w, T fill = T(7)) {
+  if (!strided) return peal::TensorView<T>(x.data(), n, H, w);
+  keep = scatter(x, n, H, w, fill);
+  return peal::TensorView<T>(keep.data(), n, H, w, padded_strides(n, w));
+}
+// After the call: x gets the results written through view_out (its gaps checked untouched).
+template <class T>
+void read_back(bool strided, std::vector<T>& x, const std::vector<T>& keep, int n, int H, int w,
+               T fill = T(7)) {
+  if (strided) x = gather(keep, n, H, w, fill);
+}
+
 }  // namespace peal_test
