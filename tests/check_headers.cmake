@@ -36,7 +36,7 @@ else()
 endif()
 list(SORT _headers)
 
-set(_flags -std=c++17 -fsyntax-only -Wall -Wextra -Wpedantic "-I${PEAL_SOURCE_DIR}/include")
+set(_flags -std=c++17 -Wall -Wextra -Wpedantic "-I${PEAL_SOURCE_DIR}/include")
 string(REPLACE "|" ";" _includes "${INCLUDES}")
 foreach(_dir IN LISTS _includes)
   list(APPEND _flags "-isystem" "${_dir}")
@@ -86,10 +86,8 @@ endwhile()
 # <Eigen/Core> precompiled with the same flags (if the compiler cannot, the prefix is parsed
 # as text: slower, the same result).
 file(WRITE "${_tu_dir}/eigen_core.hpp" "#include <Eigen/Core>\n")
-list(REMOVE_ITEM _flags -fsyntax-only)
 execute_process(COMMAND "${CXX}" ${_flags} -x c++-header "${_tu_dir}/eigen_core.hpp"
   -o "${_tu_dir}/eigen_core.hpp.gch" RESULT_VARIABLE _pch_rc OUTPUT_QUIET ERROR_QUIET)
-list(APPEND _flags -fsyntax-only)
 if(NOT _pch_rc EQUAL 0)
   file(REMOVE "${_tu_dir}/eigen_core.hpp.gch")
 endif()
@@ -108,7 +106,7 @@ foreach(_h IN LISTS _headers)
     set(_prefix -include "${_tu_dir}/eigen_core.hpp")
     math(EXPR _prefixed "${_prefixed} + 1")
   endif()
-  execute_process(COMMAND "${CXX}" ${_flags} ${_prefix} "${_tu}"
+  execute_process(COMMAND "${CXX}" ${_flags} -fsyntax-only ${_prefix} "${_tu}"
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
   math(EXPR _checked "${_checked} + 1")
   if(_h STREQUAL "peal/detail/angle_exact.hpp")

@@ -125,9 +125,9 @@ std::vector<T> random_buffer(Index n, std::mt19937_64& rng) {
 
 // The non-zeros of M = F(t) = A(t)^T (queries) or G(s) = A(-s) (keys), by row, read from the
 // encoding's own A(tau) (encoding.hpp: F(t) is A(t)^T by definition). One dense A per
-// token, scanned once; the tolerance's |M| |x| is then a sum over the row's non-zeros, so
-// a 128-dim head costs 2 d multiplications per head, not d^2 (under ASan the dense products
-// per head and the transpose made this reference most of the file's run time).
+// token, scanned once; the tolerance's |M| |x| is then a sum over the row's non-zeros (2 d
+// products per head for a 128-dim rotation bank, not d^2; under ASan the dense product per
+// head and the copy F = A^T made this reference most of the file's run time).
 struct SparseRows {
   std::vector<int> start, col;  // row j: col[start[j] .. start[j + 1])
   std::vector<double> mag;      // |M(j, col)|
