@@ -30,6 +30,9 @@
 //   roundings(k)    = k eps          a value reached by k correctly rounded operations (or
 //                                    faithfully rounded libm calls counted as two), first
 //                                    order k u, with a factor 2 of slack;
+//   gamma(k)        = k u / (1 - k u)  Higham's gamma_k (u = eps / 2), exact, no slack: the
+//                                    componentwise bound of LU's residual, which the check
+//                                    states with the computed factors (test_lu_inverse.cpp);
 //   printed(k)      = 0.5 10^-k      a constant quoted in the docs with k decimals (half a
 //                                    unit in the last printed place);
 //   jordan_coefficient(x, j, tau) = (2 (x + j ln(|tau| + 1) + j + 2) + 8) eps
@@ -147,6 +150,7 @@ struct Tol {
   static long double encoded_dot(int n) { return 2 * entry(n) + 4.0L * n * eps_long; }
   static long double range_exponent() { return std::log(type_facts<S>::max) / 4; }
   static long double roundings(int k) { return k * eps; }
+  static long double gamma(int k) { return k * (eps / 2) / (1 - k * (eps / 2)); }
   static long double printed(int decimals) { return 0.5L * std::pow(10.0L, -decimals); }
   static long double matrix_chain(int N, int n) { return 2.0L * N * (n + 2) * eps; }
   static long double jordan_coefficient(long double lambda_tau, int j, long double tau) {

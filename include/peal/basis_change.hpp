@@ -5,10 +5,11 @@
 // query/key projections; here it is applied explicitly. P^{-1} is computed once.
 #pragma once
 
-#include <Eigen/LU>
+#include <Eigen/Core>
 #include <limits>
 #include <utility>
 
+#include "detail/lu_inverse.hpp"
 #include "encoding.hpp"
 
 namespace peal {
@@ -27,10 +28,10 @@ class BasisChange {
     detail::require(P_.rows() == n && P_.cols() == n,
                     "BasisChange: P must be square with the size of the encoding");
     detail::require(P_.allFinite(), "BasisChange: P has non-finite entries");
-    Eigen::PartialPivLU<MatrixType> lu(P_);
-    detail::require(n == 0 || lu.rcond() > Scalar(n) * std::numeric_limits<Scalar>::epsilon(),
+    Scalar rcond;  // 1 / (||P||_1 ||P^{-1}||_1), from the inverse (detail/lu_inverse.hpp)
+    Pinv_ = detail::lu_inverse(P_, rcond);
+    detail::require(n == 0 || rcond > Scalar(n) * std::numeric_limits<Scalar>::epsilon(),
                     "BasisChange: P is singular or too ill-conditioned to invert");
-    Pinv_ = lu.inverse();
   }
 
   int dim() const { return inner_.dim(); }

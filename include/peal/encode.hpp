@@ -68,6 +68,7 @@
 #include "detail/compiler.hpp"
 #include "detail/exp_kernel.hpp"
 #include "detail/exp_poly.hpp"
+#include "detail/lu_inverse.hpp"
 #include "detail/overlap.hpp"
 #include "detail/scores_coders.hpp"
 #include "detail/storage.hpp"
@@ -661,7 +662,10 @@ class DenseKernel {
   DenseKernel(const E& e, Mode mode)
       : e_(&e), mode_(mode), d_(int(e.dim())), m_(d_, d_), ms_(d_, d_), col_(d_), tmp_(d_) {
     if constexpr (!has_apply<E>::value) {
-      if (mode == Mode::shift) g0inv_ = Matrix<S>(e.G(R(0))).inverse();
+      if (mode == Mode::shift) {
+        S rcond;  // not checked, as before: the shift is G(r) G(0)^{-1} = A(-r) for any G
+        g0inv_ = detail::lu_inverse(Matrix<S>(e.G(R(0))), rcond);
+      }
     }
   }
   int dim() const { return d_; }
