@@ -1,7 +1,7 @@
 // Eigen's blocked GEMM, GEMV and triangular-solve kernels for float, double and long double,
 // instantiated once for the test executable (tests/kernels/eigen.cpp) and declared extern here,
 // so that the ~60 test TUs stop compiling them each (the fused kernels' GEMM, the references'
-// products and the LU solves of the basis change all reach them). Each is an EIGEN_DONT_INLINE
+// products and their LU solves all reach them). Each is an EIGEN_DONT_INLINE
 // member defined outside its class, which an explicit instantiation declaration suppresses;
 // the blocking sizes (mr, nr, LhsProgress) come from gebp_traits, so the same lines fit every
 // target (-march=native in build/, the baseline in build-asan/). A declaration that names an
@@ -12,6 +12,8 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <Eigen/Eigenvalues>
+#include <Eigen/SVD>
 
 namespace peal_test_eigen {
 using Eigen::Index;
@@ -66,4 +68,15 @@ using In = const_blas_data_mapper<S, Index, Order>;
   PEAL_TEST_EIGEN_KERNELS_OF(EXT, double)     \
   PEAL_TEST_EIGEN_KERNELS_OF(EXT, long double)
 
+// The decompositions, in double: the dense fallback's growth rate (generic_rate in
+// include/peal/detail/scores_coders.hpp: EigenSolver, through RealSchur) for the toy block and
+// the dense encodings the tests run, and the references' condition numbers (JacobiSVD). Their
+// compute() members are defined outside their classes too; clang -ftime-trace put EigenSolver
+// at 10 of the 18 s of test_block_protocol.cpp's -O0 compile.
+#define PEAL_TEST_EIGEN_DECOMPOSITIONS(EXT)                      \
+  EXT template class Eigen::RealSchur<Eigen::MatrixXd>;          \
+  EXT template class Eigen::EigenSolver<Eigen::MatrixXd>;        \
+  EXT template class Eigen::JacobiSVD<Eigen::MatrixXd>;
+
 PEAL_TEST_EIGEN_KERNELS(extern)
+PEAL_TEST_EIGEN_DECOMPOSITIONS(extern)
