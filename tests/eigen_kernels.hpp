@@ -72,7 +72,8 @@ using In = const_blas_data_mapper<S, Index, Order>;
 // include/peal/detail/scores_coders.hpp: EigenSolver, through RealSchur) for the toy block and
 // the dense encodings the tests run, and the references' condition numbers (JacobiSVD). Their
 // compute() members are defined outside their classes too; clang -ftime-trace put EigenSolver
-// at 10 of the 18 s of test_block_protocol.cpp's -O0 compile.
+// at 10 of the 18 s of test_block_protocol.cpp's -O0 compile. Defined in
+// tests/kernels/eigen_decompositions.cpp.
 #define PEAL_TEST_EIGEN_DECOMPOSITIONS(EXT)                      \
   EXT template class Eigen::RealSchur<Eigen::MatrixXd>;          \
   EXT template class Eigen::EigenSolver<Eigen::MatrixXd>;        \
