@@ -74,9 +74,13 @@ using In = const_blas_data_mapper<S, Index, Order>;
 // compute() members are defined outside their classes too; clang -ftime-trace put EigenSolver
 // at 10 of the 18 s of test_block_protocol.cpp's -O0 compile. Defined in
 // tests/kernels/eigen_decompositions.cpp.
-#define PEAL_TEST_EIGEN_DECOMPOSITIONS(EXT)                      \
-  EXT template class Eigen::RealSchur<Eigen::MatrixXd>;          \
-  EXT template class Eigen::EigenSolver<Eigen::MatrixXd>;        \
+// EigenSolver's compute() is a member template (on the input's type), which the class's
+// explicit instantiation does not cover: it is named on its own.
+#define PEAL_TEST_EIGEN_DECOMPOSITIONS(EXT)                                                      \
+  EXT template class Eigen::RealSchur<Eigen::MatrixXd>;                                          \
+  EXT template class Eigen::EigenSolver<Eigen::MatrixXd>;                                        \
+  EXT template Eigen::EigenSolver<Eigen::MatrixXd>&                                              \
+  Eigen::EigenSolver<Eigen::MatrixXd>::compute(const Eigen::EigenBase<Eigen::MatrixXd>&, bool); \
   EXT template class Eigen::JacobiSVD<Eigen::MatrixXd>;
 
 PEAL_TEST_EIGEN_KERNELS(extern)
