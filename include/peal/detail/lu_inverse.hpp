@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "scalar.hpp"
+
 namespace peal {
 namespace detail {
 
@@ -24,13 +26,13 @@ namespace detail {
 /// P A is row perm[i] of A. ok is false when a column had no non-zero pivot (A singular).
 template <class S>
 struct LuFactors {
-  Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic> lu;
+  Matrix<S> lu;
   std::vector<Eigen::Index> perm;
   bool ok = true;
 };
 
 template <class S>
-LuFactors<S> lu_factor(const Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>& a) {
+LuFactors<S> lu_factor(const Matrix<S>& a) {
   using std::abs;
   const Eigen::Index n = a.rows();
   LuFactors<S> f{a, std::vector<Eigen::Index>(std::size_t(n)), true};
@@ -60,13 +62,11 @@ LuFactors<S> lu_factor(const Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>& a
 /// A^{-1} from LU with partial pivoting, and rcond = 1 / (||A||_1 ||A^{-1}||_1); rcond = 0 when
 /// A is singular to working precision or the inverse overflows (the inverse is then unspecified).
 template <class S>
-Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic> lu_inverse(
-    const Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>& a, S& rcond) {
+Matrix<S> lu_inverse(const Matrix<S>& a, S& rcond) {
   using std::abs;
   const Eigen::Index n = a.rows();
   const LuFactors<S> f = lu_factor(a);
-  Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic> x =
-      Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>::Zero(n, n);
+  Matrix<S> x = Matrix<S>::Zero(n, n);
   rcond = S(0);
   if (!f.ok) return x;
   for (Eigen::Index i = 0; i < n; ++i) x(i, f.perm[std::size_t(i)]) = S(1);  // P I
@@ -78,7 +78,7 @@ Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic> lu_inverse(
       for (Eigen::Index i = 0; i < k; ++i) x(i, c) -= f.lu(i, k) * x(k, c);
     }
   }
-  const auto norm1 = [n](const Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>& m) {
+  const auto norm1 = [n](const Matrix<S>& m) {
     S best = S(0);
     for (Eigen::Index j = 0; j < n; ++j) {
       S sum = S(0);
