@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build peal's tests and examples with clang++ and ASan + UBSan (PEAL_SANITIZE=ON) in
-# build-asan/ and run them; the benchmarks are built there too (compiled and linked, not run:
-# CI's check that they build; bench/CMakeLists.txt). -O0 without NDEBUG: Eigen's assertions stay on, and the build
+# build-asan/ and run them; the benchmarks are built there too (compiled and linked without the
+# sanitizers, not run: CI's check that they build; bench/CMakeLists.txt). -O0 without NDEBUG: Eigen's assertions stay on, and the build
 # costs a quarter of -O1's; the test TUs whose checks take most of the run time compile at -O1
 # (tests/CMakeLists.txt names them). -gline-tables-only: the sanitizers' stack traces keep file
 # and line, and the build costs ~18% less than with -g (docs/build-cost.md). The consumer
