@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build peal's tests and examples with clang++ and ASan + UBSan (PEAL_SANITIZE=ON) in
 # build-asan/ and run them; the benchmarks are built there too (compiled and linked without the
-# sanitizers, not run: CI's check that they build; bench/CMakeLists.txt). -O0 without NDEBUG: Eigen's assertions stay on, and the build
-# costs a quarter of -O1's; the test TUs whose checks take most of the run time compile at -O1
-# (tests/CMakeLists.txt names them). -gline-tables-only: the sanitizers' stack traces keep file
-# and line, and the build costs ~18% less than with -g (docs/build-cost.md). The consumer
-# projects (packaging, not memory) and peal::compiled with its bitwise check (the kernels
-# the tests run already) are left to scripts/test.sh. Run by .ci/run on every
-# submission.
+# sanitizers, not run: CI's check that they build; bench/CMakeLists.txt). -O0 without NDEBUG:
+# Eigen's assertions stay on, and the build costs a quarter of -O1's; the test TUs whose checks
+# take most of the run time compile at -O1 (tests/CMakeLists.txt names them).
+# -gline-tables-only: the sanitizers' stack traces keep file and line, and the build costs ~18%
+# less than with -g (docs/build-cost.md). The consumer projects (packaging, not memory) and
+# peal::compiled with its bitwise check (the kernels the tests run already) are left to
+# scripts/test.sh. Run by .ci/run on every submission.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
