@@ -244,14 +244,16 @@ TEST_CASE("block protocol: a block with traits takes the tabulated scores path",
                                                      peal::PassThrough<double>>>::value);
   // A rotation is not a Jordan chain: never evaluated per pair.
   STATIC_REQUIRE_FALSE(sk::scores_split<float, Mix>::value);
-  // encode reads the same traits (TraitsKernel), alone and in a Bank; without traits, the
-  // dense per-token kernel.
+  // encode reads the same coders (CoderKernel): the traits' table alone and in a Bank, the
+  // encoding's own apply() per head without traits; a long double encoding keeps its
+  // precision in the dense per-token kernel.
   namespace ek = peal::detail::encode_kernels;
-  STATIC_REQUIRE(std::is_same<ek::kernel_t<float, Toy>, ek::TraitsKernel<float, Toy>>::value);
+  STATIC_REQUIRE(std::is_same<ek::kernel_t<float, Toy>, ek::CoderKernel<float, Toy>>::value);
   STATIC_REQUIRE(std::is_same<ek::kernel_t<double, peal::Bank<Toy>>,
-                              ek::TraitsKernel<double, peal::Bank<Toy>>>::value);
+                              ek::CoderKernel<double, peal::Bank<Toy>>>::value);
   STATIC_REQUIRE(std::is_same<ek::kernel_t<float, toy::Untraited>,
-                              ek::DenseKernel<float, toy::Untraited>>::value);
+                              ek::CoderKernel<float, toy::Untraited>>::value);
+  STATIC_REQUIRE(std::is_same<ek::kernel_t<float, Mix>, ek::CoderKernel<float, Mix>>::value);
   STATIC_REQUIRE(std::is_same<ek::kernel_t<float, ToyL>, ek::DenseKernel<float, ToyL>>::value);
   // The traits the coder reads.
   const peal::Bank<Toy> bank(toy_blocks(4));

@@ -699,6 +699,17 @@ static_assert(std::is_same<ek::kernel_t<float, RopeD>, ek::kernel_t<float, RopeD
               "RopeEncoding must use its BlockDiagonal's kernel");
 static_assert(!std::is_same<ek::kernel_t<float, RopeD>, ek::DenseKernel<float, RopeD>>::value,
               "RopeEncoding must not take the dense fallback");
+// Long double parameters stay in long double (the coders tabulate in double), and their
+// compositions keep the structural kernels: a basis change's F_J(t) P^T is not A_P(t)^T, so
+// the dense kernel of the whole would encode (and shift) the wrong factor.
+using BankL = peal::Bank<peal::RotationBlock<long double>>;
+static_assert(std::is_same<ek::kernel_t<float, BankL>, ek::DenseKernel<float, BankL>>::value, "");
+static_assert(std::is_same<ek::kernel_t<float, peal::BasisChange<BankL>>,
+                           ek::BasisChangeKernel<float, BankL>>::value, "");
+static_assert(std::is_same<ek::kernel_t<double, peal::BlockDiagonal<BankL, peal::PassThrough<long double>>>,
+                           ek::BlockDiagonalKernel<double, BankL, peal::PassThrough<long double>>>::value, "");
+static_assert(std::is_same<ek::kernel_t<float, peal::BasisChange<RopeD::encoding_type>>,
+                           ek::CoderKernel<float, peal::BasisChange<RopeD::encoding_type>>>::value, "");
 }  // namespace
 
 TEST_CASE("encode: RoPE at positions up to DBL_MAX (exact angle reduction)", "[encode][angle]") {
@@ -795,6 +806,22 @@ TEST_CASE("encode: factors past the range give ±inf or the finite value, never 
                   {1, 0, 3, 4, 2}, 1.0);
   CHECK(y[2] == 3);
   CHECK(y[3] == 4);
+  // Basis change: P^T first, then the inner encoding's exact form; its shift is the inner
+  // encoding's alone (a zero stays 0 under an overflowing factor there too).
+  using RealBank = peal::Bank<peal::RealBlock<double>>;
+  const RealBank inner({peal::RealBlock<double>(1000), peal::RealBlock<double>(-1)});
+  Eigen::MatrixXd P(2, 2);
+  P << 1, 0.5, 0, 1;
+  const peal::BasisChange<RealBank> bc(inner, P);
+  y = check_query(bc, {1, 0}, 1.0);
+  CHECK(y[0] == inf);
+  CHECK(y[1] == Approx(0.5 * std::exp(-1.0)).epsilon(1e-14));
+  std::vector<double> k1 = {0, 1}, k2 = k1;
+  peal::shift_keys(bc, TensorView<double>(k1.data(), 1, 1, 2), -1.0);  // A_J(1): e^{1000}, e^{-1}
+  peal::shift_keys(inner, TensorView<double>(k2.data(), 1, 1, 2), -1.0);
+  CHECK(k1[0] == 0);
+  CHECK(k1[1] == k2[1]);
+  CHECK(k1[1] == Approx(std::exp(-1.0)).epsilon(1e-14));
   // Keys (G(s) = A(-s)) in float storage: a RetNet-like decay at s = 4000 overflows float.
   const double a = std::log1p(-1.0 / 32);
   const peal::Bank<RB> decay({RB(0.0L, a), RB(0.3L, a)});

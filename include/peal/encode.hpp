@@ -12,20 +12,20 @@
 // doubles (long double for long double encodings) and angles are reduced exactly
 // (detail/angle.hpp) before sin/cos, so a float RoPE at position 1.7e9 is still accurate.
 //
-// Dispatch by structure (docs/kernels-encode.md): each encoding maps to a per-token kernel
-// (prepare(position) once per token, then apply to every head):
+// Dispatch (docs/kernels-encode.md): each encoding maps to a per-token kernel
+// (prepare(position) once per token, then apply to every head). With double parameters it
+// is the encoding's coder, the protocol of the fused kernels (detail/scores_coders.hpp):
+// per token one row of its table, then its apply_heads on every head, e.g.
 //   Bank<RotationBlock>   one batched sincos of all n frequencies, then a vectorized
 //                         rotation (and e^{a t} scale) loop per head, both layouts;
 //   Bank<RealBlock>       one batched exp, then a scale loop;
-//   PassThrough           nothing in place, a copy out of place;
-//   BlockDiagonal<...>    each part's kernel on its coordinate sub-range, in one pass;
-//   BasisChange<E>        P^T (queries) or P^{-1} (keys) then E's kernel;
-//   MultiAxis<E>          N-D points: a rotation bank's fused kernel (angles summed over
-//                         the axes), a composition's parts over points, else the axes in turn;
-//   a block with traits   the coder's coefficients (TraitsKernel, the fused kernels' table);
-//   anything else         the dense F(t) or G(s) built once per token (from the
-//                         encoding's apply(), no allocation), then a matrix-vector product
-//                         per head (generic: correct for every encoding).
+//   BlockDiagonal<...>    each part's coder on its coordinate sub-range, in one pass;
+//   BasisChange<E>        P^T (queries) or P^{-1} (keys) then E's coder;
+//   a block with traits   the traits' factors; anything else its own apply() per head.
+// Long double encodings: the dense F(t) or G(s) built once per token in their precision
+// (from the encoding's apply(), no allocation), then a matrix-vector product per head.
+// MultiAxis<E> (N-D points): a rotation bank's fused kernel (angles summed over the axes), a
+// composition's parts over points, else the axes in turn.
 // Views whose element stride is not 1, or whose storage is not the arithmetic type, are
 // gathered into a per-call buffer of the arithmetic type and scattered back.
 //
@@ -109,216 +109,12 @@ using detail::to_arith;
 using detail::exp_batch;
 using detail::exp_kernel;
 
-// ---- Inner loops (unit stride, arithmetic type). Each loop runs over chunks of kChunk
-// elements with an inner loop of constant trip count, then a scalar tail: GCC's -O2 cost
-// model (-fvect-cost-model=very-cheap) vectorizes only loops whose trip count is a known
-// multiple of the vector width, -O3 vectorizes either form. No loop-carried dependence,
-// restrict-qualified streams, coefficients precomputed per token.
-inline constexpr int kChunk = 16;
-
-// Multiply-add a b + c rounded the same way in every loop. Left to itself the compiler
-// contracts a two-product sum x y + z w into one FMA, but which product it fuses may differ
-// between two loops of the same expression (in place vs out of place: 1 ulp apart in ~13 %
-// of the HalfSplit elements with g++ 12 -O3 -march=native). So: an explicit fma where the
-// target has one (the same instructions the compiler would emit), else a multiply and an
-// add (nothing to contract). Either way the in-place and out-of-place results are bitwise
-// equal (tests/test_encode.cpp, "in place and out of place give the same bits").
-#if defined(__FMA__) || defined(__FP_FAST_FMA) || defined(__ARM_FEATURE_FMA)
-template <class A>
-inline A mul_add(A a, A b, A c) {
-  return std::fma(a, b, c);
-}
-#else
-template <class A>
-inline A mul_add(A a, A b, A c) {
-  return a * b + c;
-}
-#endif
-
-// Interleaved pairs (2i, 2i+1): y[j] = x[j] cc[j] + x[j^1] ss[j] with
-// cc = [c0, c0, c1, c1, ...], ss = [-s0, s0, -s1, s1, ...] (g folded in): one lane swap
-// (vpermilps), a multiply and an fma per vector. Written pairwise so that the in-place form
-// has no dependence between iterations; m = 2n elements. Every chunk function has its
-// own restrict-qualified (or single written) pointers, so no runtime alias check (which
-// would send the in-place case to the scalar loop) is needed.
-#define PEAL_ROTATE_PAIR(x, y)           \
-  const A x0 = x[j], x1 = x[j + 1];      \
-  y[j] = mul_add(x0, cc[j], x1 * ss[j]); \
-  y[j + 1] = mul_add(x1, cc[j + 1], x0 * ss[j + 1]);
-template <class A>
-inline void rotate_interleaved_chunk(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT cc,
-                                     const A* PEAL_RESTRICT ss, int m) {
-  for (int j = 0; j < m; j += 2) {
-    PEAL_ROTATE_PAIR(x, x)
-  }
-}
-template <class A>
-inline void rotate_interleaved_chunk(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y,
-                                     const A* PEAL_RESTRICT cc, const A* PEAL_RESTRICT ss, int m) {
-  for (int j = 0; j < m; j += 2) {
-    PEAL_ROTATE_PAIR(x, y)
-  }
-}
-#undef PEAL_ROTATE_PAIR
-template <class A>
-inline void rotate_interleaved(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT cc,
-                               const A* PEAL_RESTRICT ss, int n) {
-  const int m = 2 * n;
-  int i = 0;
-  for (; i + kChunk <= m; i += kChunk) rotate_interleaved_chunk(x + i, cc + i, ss + i, kChunk);
-  rotate_interleaved_chunk(x + i, cc + i, ss + i, m - i);
-}
-template <class A>
-inline void rotate_interleaved(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y,
-                               const A* PEAL_RESTRICT cc, const A* PEAL_RESTRICT ss, int n) {
-  const int m = 2 * n;
-  int i = 0;
-  for (; i + kChunk <= m; i += kChunk)
-    rotate_interleaved_chunk(x + i, y + i, cc + i, ss + i, kChunk);
-  rotate_interleaved_chunk(x + i, y + i, cc + i, ss + i, m - i);
-}
-
-// Half-split pairs (i, i+n): two contiguous streams lo = x[0..n), hi = x[n..2n).
-template <class A>
-inline void rotate_halfsplit_chunk(A* PEAL_RESTRICT lo, A* PEAL_RESTRICT hi,
-                                   const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s, int m) {
-  for (int j = 0; j < m; ++j) {
-    const A x0 = lo[j], x1 = hi[j];
-    lo[j] = mul_add(c[j], x0, -(s[j] * x1));
-    hi[j] = mul_add(s[j], x0, c[j] * x1);
-  }
-}
-template <class A>
-inline void rotate_halfsplit_chunk(const A* PEAL_RESTRICT xlo, const A* PEAL_RESTRICT xhi,
-                                   A* PEAL_RESTRICT ylo, A* PEAL_RESTRICT yhi,
-                                   const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s, int m) {
-  for (int j = 0; j < m; ++j) {
-    const A x0 = xlo[j], x1 = xhi[j];
-    ylo[j] = mul_add(c[j], x0, -(s[j] * x1));
-    yhi[j] = mul_add(s[j], x0, c[j] * x1);
-  }
-}
-template <class A>
-inline void rotate_halfsplit(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT c, const A* PEAL_RESTRICT s,
-                             int n) {
-  int i = 0;
-  for (; i + kChunk <= n; i += kChunk)
-    rotate_halfsplit_chunk(x + i, x + n + i, c + i, s + i, kChunk);
-  rotate_halfsplit_chunk(x + i, x + n + i, c + i, s + i, n - i);
-}
-template <class A>
-inline void rotate_halfsplit(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RESTRICT c,
-                             const A* PEAL_RESTRICT s, int n) {
-  int i = 0;
-  for (; i + kChunk <= n; i += kChunk)
-    rotate_halfsplit_chunk(x + i, x + n + i, y + i, y + n + i, c + i, s + i, kChunk);
-  rotate_halfsplit_chunk(x + i, x + n + i, y + i, y + n + i, c + i, s + i, n - i);
-}
-
-template <class A>
-inline void scale_chunk(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT g, int m) {
-  for (int j = 0; j < m; ++j) x[j] *= g[j];
-}
-template <class A>
-inline void scale_chunk(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RESTRICT g,
-                        int m) {
-  for (int j = 0; j < m; ++j) y[j] = x[j] * g[j];
-}
-template <class A>
-inline void scale(A* PEAL_RESTRICT x, const A* PEAL_RESTRICT g, int n) {
-  int i = 0;
-  for (; i + kChunk <= n; i += kChunk) scale_chunk(x + i, g + i, kChunk);
-  scale_chunk(x + i, g + i, n - i);
-}
-template <class A>
-inline void scale(const A* PEAL_RESTRICT x, A* PEAL_RESTRICT y, const A* PEAL_RESTRICT g, int n) {
-  int i = 0;
-  for (; i + kChunk <= n; i += kChunk) scale_chunk(x + i, y + i, g + i, kChunk);
-  scale_chunk(x + i, y + i, g + i, n - i);
-}
-
-// ---- One token: the same rotation on each of `heads` vectors. The pair count is a
-// template parameter for the common rotary sizes (16, 32, 64, 96, 128 coordinates): the
-// per-vector loop is then fully unrolled and the coefficients stay in registers across the
-// head loop, leaving one load, a lane swap, a multiply, an fma and a store per vector of x
-// (measured 20-25% faster than reloading them per head, in place, d = 128, AVX-512).
-// N = 0: run-time pair count.
-template <class F>
-inline void with_pair_count(int n, F&& f) {
-  switch (n) {
-    case 8:
-      f(std::integral_constant<int, 8>{});
-      break;
-    case 16:
-      f(std::integral_constant<int, 16>{});
-      break;
-    case 32:
-      f(std::integral_constant<int, 32>{});
-      break;
-    case 48:
-      f(std::integral_constant<int, 48>{});
-      break;
-    case 64:
-      f(std::integral_constant<int, 64>{});
-      break;
-    default:
-      f(std::integral_constant<int, 0>{});
-      break;
-  }
-}
-// Local copies of the coefficients: their addresses never escape, so the compiler knows the
-// stores to x cannot change them and keeps them in registers across the head loop
-// (restrict on the parameters was not enough for g++ 12 to hoist the loads).
-template <int N, class A>
-inline void rotate_heads_interleaved(A* x, Index heads, Index xs, const A* cc_in, const A* ss_in,
-                                     int n) {
-  if constexpr (N > 0) {
-    A cc[2 * N], ss[2 * N];
-    for (int j = 0; j < 2 * N; ++j) cc[j] = cc_in[j], ss[j] = ss_in[j];
-    for (Index h = 0; h < heads; ++h) rotate_interleaved(x + h * xs, cc, ss, N);
-  } else {
-    for (Index h = 0; h < heads; ++h) rotate_interleaved(x + h * xs, cc_in, ss_in, n);
-  }
-}
-template <int N, class A>
-inline void rotate_heads_interleaved(const A* x, Index xs, A* y, Index ys, Index heads,
-                                     const A* cc_in, const A* ss_in, int n) {
-  if constexpr (N > 0) {
-    A cc[2 * N], ss[2 * N];
-    for (int j = 0; j < 2 * N; ++j) cc[j] = cc_in[j], ss[j] = ss_in[j];
-    for (Index h = 0; h < heads; ++h) rotate_interleaved(x + h * xs, y + h * ys, cc, ss, N);
-  } else {
-    for (Index h = 0; h < heads; ++h) rotate_interleaved(x + h * xs, y + h * ys, cc_in, ss_in, n);
-  }
-}
-template <int N, class A>
-inline void rotate_heads_halfsplit(A* x, Index heads, Index xs, const A* c_in, const A* s_in,
-                                   int n) {
-  if constexpr (N > 0) {
-    A c[N], s[N];
-    for (int j = 0; j < N; ++j) c[j] = c_in[j], s[j] = s_in[j];
-    for (Index h = 0; h < heads; ++h) rotate_halfsplit(x + h * xs, c, s, N);
-  } else {
-    for (Index h = 0; h < heads; ++h) rotate_halfsplit(x + h * xs, c_in, s_in, n);
-  }
-}
-template <int N, class A>
-inline void rotate_heads_halfsplit(const A* x, Index xs, A* y, Index ys, Index heads, const A* c_in,
-                                   const A* s_in, int n) {
-  if constexpr (N > 0) {
-    A c[N], s[N];
-    for (int j = 0; j < N; ++j) c[j] = c_in[j], s[j] = s_in[j];
-    for (Index h = 0; h < heads; ++h) rotate_halfsplit(x + h * xs, y + h * ys, c, s, N);
-  } else {
-    for (Index h = 0; h < heads; ++h) rotate_halfsplit(x + h * xs, y + h * ys, c_in, s_in, n);
-  }
-}
-
 // ---- Kernels. Interface (A = arithmetic type; a "row" is the `heads` vectors of one token,
 // vector h starting at x + h * xs, each contiguous with dim() elements):
 //   Kernel(const E& enc, Mode mode)           per-call setup and buffers (may allocate);
 //   int dim() const;
-//   void prepare(double p);                   coefficients for position p (no allocation);
+//   void prepare(double p);                   coefficients for position p (no allocation;
+//                                             prepare(const PointRef&) for N-D points);
 //   void inplace(A* x, Index heads, Index xs);                     x_h <- M x_h;
 //   void copy(const A* x, Index xs, A* y, Index ys, Index heads);  y_h <- M x_h, x and y
 //                                                                  not overlapping.
@@ -328,14 +124,12 @@ struct kernel_for;
 template <class A, class E>
 using kernel_t = typename kernel_for<A, E>::type;
 
-/// Bank<RotationBlock>: angles of all n blocks in one batched sincos per token. Also the
-/// kernel of MultiAxis<Bank<RotationBlock>> (N-D points): the angle of pair i is
-/// ω_i·p = Σ_a ω_{a,i} p_a, each axis's term reduced exactly (over the pairs where ω_{a,i}
-/// is non-zero only: M-RoPE's pairs follow one axis), then one sincos and one rotation per
-/// pair, as in 1-D; the growth is e^{±a_i·p}.
+/// MultiAxis<Bank<RotationBlock>> (N-D points): the angle of pair i is ω_i·p = Σ_a ω_{a,i} p_a,
+/// each axis's term reduced exactly (over the pairs where ω_{a,i} is non-zero only: M-RoPE's
+/// pairs follow one axis), then one sincos per pair and the loops of detail/row_loops.hpp,
+/// as the 1-D coder's apply_heads; the growth is e^{±a_i·p}.
 template <class A>
 class RotationBankKernel {
- public:
   template <class S>
   RotationBankKernel(const Bank<RotationBlock<S>>& bank, Mode mode)
       : n_(bank.size()),
@@ -351,6 +145,7 @@ class RotationBankKernel {
         ss_(cc_.size()) {
     pure_ = (bank.params().col(2) == 0).all();
   }
+ public:
   template <class S>
   RotationBankKernel(const MultiAxis<Bank<RotationBlock<S>>>& m, Mode mode)
       : RotationBankKernel(m.axis(0), mode) {
@@ -376,16 +171,6 @@ class RotationBankKernel {
   }
   int dim() const { return 2 * n_; }
 
-  void prepare(double p) {
-    if (n_ == 0) return;
-    angles_sincos(w_hi_, w_lo_, p, n_, sd_.data(), cd_.data());  // of omega * p
-    if (!pure_) {
-      // Query: A(t)^T = e^{a t} R(omega t); key: A(-s) = e^{-a s} R(omega s).
-      exp_batch(a_, query_ ? p : -p, n_, gd_.data());
-      p_ = query_ ? p : -p;
-    }
-    finish();
-  }
   void prepare(const PointRef& p) {
     if (n_ == 0) return;
     double* PEAL_RESTRICT r = r_.data();
@@ -499,74 +284,11 @@ class RotationBankKernel {
   std::vector<double> r_, tmp_, e_;
 };
 
-/// Bank<RealBlock>: a diagonal scale e^{lambda_i t} (query) or e^{-lambda_i s} (key).
-template <class A>
-class RealBankKernel {
- public:
-  template <class S>
-  RealBankKernel(const Bank<RealBlock<S>>& bank, Mode mode)
-      : n_(bank.size()),
-        query_(mode == Mode::query),
-        lambda_(bank.params().col(0).data()),
-        gd_(std::size_t(n_)),
-        g_(std::size_t(n_)) {}
-  int dim() const { return n_; }
-  void prepare(double p) {
-    p_ = query_ ? p : -p;
-    exp_batch(lambda_, p_, n_, gd_.data());
-    int big = 0;  // a factor beyond the range of A: rows go through past_range()
-    for (int i = 0; i < n_; ++i) {
-      g_[std::size_t(i)] = A(gd_[std::size_t(i)]);
-      big |= !(gd_[std::size_t(i)] <= double(std::numeric_limits<A>::max()));
-    }
-    big_ = big != 0;
-  }
-  PEAL_NOINLINE void inplace(A* x, Index heads, Index xs) {
-    if (big_) return past_range(x, xs, x, xs, heads);
-    for (Index h = 0; h < heads; ++h) scale(x + h * xs, g_.data(), n_);
-  }
-  PEAL_NOINLINE void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
-    if (big_) return past_range(x, xs, y, ys, heads);
-    for (Index h = 0; h < heads; ++h) scale(x + h * xs, y + h * ys, g_.data(), n_);
-  }
-
- private:
-  // y = e^{lambda p} x exactly past the range of A (0 stays 0, not inf·0): not the hot path.
-  void past_range(const A* x, Index xs, A* y, Index ys, Index heads) const {
-    for (Index h = 0; h < heads; ++h)
-      for (int i = 0; i < n_; ++i)
-        y[h * ys + i] = A(detail::mul_exp(double(x[h * xs + i]), lambda_[i] * p_));
-  }
-
-  int n_;
-  bool query_, big_ = false;
-  double p_ = 0;
-  const double* lambda_;
-  std::vector<double> gd_;
-  std::vector<A> g_;
-};
-
-/// PassThrough: the identity.
-template <class A>
-class PassThroughKernel {
- public:
-  template <class S>
-  PassThroughKernel(const PassThrough<S>& p, Mode) : n_(p.dim()) {}
-  int dim() const { return n_; }
-  void prepare(double) {}
-  void inplace(A*, Index, Index) {}
-  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
-    if (n_ == 0) return;
-    for (Index h = 0; h < heads; ++h)
-      std::memcpy(y + h * ys, x + h * xs, sizeof(A) * std::size_t(n_));
-  }
-
- private:
-  int n_;
-};
-
-/// BlockDiagonal: part I's kernel on coordinates [offset<I>, offset<I> + dim_I) of every
-/// vector of the row, part after part (the row is one token's heads: it stays in cache).
+/// Compositions the coders do not take (long double parameters): BlockDiagonal runs part I's
+/// kernel on coordinates [offset<I>, offset<I> + dim_I) of every vector of the row, part
+/// after part; BasisChange runs P^T or P^{-1}, then E's kernel (its shift is E's own). A
+/// composition's encode is not A(t)^T of the composition (F_P(t) = F_J(t) P^T), so the dense
+/// kernel of the whole, built from its apply(), would not do.
 template <class A, class... Parts>
 class BlockDiagonalKernel {
   static constexpr std::size_t N = sizeof...(Parts);
@@ -643,6 +365,7 @@ class BasisChangeKernel {
   Vector<A> tmp_;
 };
 
+
 template <class E, class = void>
 struct has_apply : std::false_type {};
 template <class E>
@@ -650,9 +373,10 @@ struct has_apply<E, std::void_t<decltype(std::declval<const E&>().apply(
                         std::declval<Vector<typename E::Scalar>&>(),
                         std::declval<real_t<typename E::Scalar>>(), true))>> : std::true_type {};
 
-/// Any encoding: the dense factor M (F(p), G(p) or the shift) once per token, then
-/// y = M x per head. Built column by column from the encoding's apply() into preallocated
-/// storage; encodings without apply() fall back on F()/G() (which may allocate).
+/// Encodings the coders do not take (long double parameters, or no apply() on an Eigen map):
+/// the dense factor M (F(p), G(p) or the shift) once per token, in the encoding's own
+/// precision, then y = M x per head. Built column by column from the encoding's apply() into
+/// preallocated storage; encodings without apply() fall back on F()/G() (which may allocate).
 template <class A, class E>
 class DenseKernel {
   using S = typename E::Scalar;
@@ -732,72 +456,61 @@ class DenseKernel {
   Vector<A> tmp_;
 };
 
-/// The block type B of an encoding that is a block with block_traits or a Bank of such
-/// blocks (void otherwise).
-template <class E, class = void>
-struct traits_block {
-  using type = void;
-};
-template <class B>
-struct traits_block<B, std::enable_if_t<has_block_traits<B>::value>> {
-  using type = B;
-};
-template <class B>
-struct traits_block<Bank<B>, std::enable_if_t<has_block_traits<B>::value>> {
-  using type = B;
-};
-template <class E>
-inline constexpr bool has_traits_kernel =
-    !std::is_void<typename traits_block<E>::type>::value &&
-    std::is_same<real_t<typename E::Scalar>, double>::value;
-
-/// A block type with block_traits (alone or in a Bank; double parameters): per token the
-/// coefficients of F(p), G(p) or the shift from the traits' factors, the very table the
-/// fused kernels use (FixedBlocksCoder, detail/scores_coders.hpp), then applied to every
-/// head. This is how a new block type gets a fast encode from its traits alone
-/// (docs/design.md §5). A factor past the range of the magnitudes (clamped to DBL_MAX, or not
-/// finite in A) sends the token through the encoding's own apply(), exact past the range, as
-/// DenseKernel does.
+/// Whether encode evaluates E through its coder (detail/scores_coders.hpp): double parameters
+/// (long double encodings keep their own precision through DenseKernel), and a coder that is
+/// not the per-row fallback or, if it is, an apply() on an Eigen map for it to call.
+template <class A, class E, class = void>
+struct has_coder_kernel : std::false_type {};
 template <class A, class E>
-class TraitsKernel {
-  using Coder = scores_kernels::FixedBlocksCoder<A, typename traits_block<E>::type>;
-  using S = typename E::Scalar;
+struct has_coder_kernel<A, E, std::enable_if_t<std::is_same<real_t<typename E::Scalar>, double>::value>>
+    : std::integral_constant<bool, !scores_kernels::is_fallback_coder<scores_kernels::coder_t<A, E>>::value ||
+                                       scores_kernels::has_apply_on<E, A>::value> {};
+
+/// Every encoding with double parameters: per token one row of the coder's table, A(p)^T
+/// (queries: F(t) = A(t)^T), A(-p) (keys: G(s) = A(-s)) or the shift's A(-p) applied as the
+/// coder's factor (a basis change's shift is its inner encoding's), the very tables of the
+/// fused kernels (scores, attention, linear attention), then applied to the token's heads
+/// (the coder's apply_heads: the hand-vectorised loops of detail/row_loops.hpp for rotation
+/// and real banks). This is how a block type gets a fast encode from its traits alone
+/// (docs/design.md §5). A row the arithmetic type cannot hold (a magnitude past DBL_MAX, or a
+/// coefficient not finite in A) goes through the coder's apply_exact(): the rotation first,
+/// the factor by mul_exp, so that 0 stays 0.
+template <class A, class E>
+class CoderKernel {
+  using Coder = scores_kernels::coder_t<A, E>;
 
  public:
-  TraitsKernel(const E& e, Mode mode)
-      : e_(&e), coder_(e), transpose_(mode == Mode::query),
+  CoderKernel(const E& e, Mode mode)
+      : coder_(e),
+        transpose_(mode == Mode::query),
+        factor_(mode == Mode::shift),
         rel_(std::size_t(std::max(coder_.rel_size(), 1))),
-        coef_(std::size_t(std::max(coder_.coef_size(), 1))), col_(e.dim()) {}
+        coef_(std::size_t(std::max(coder_.coef_size(), 1))),
+        scratch_(4 * std::size_t(std::max(coder_.dim(), 2))) {}
   int dim() const { return coder_.dim(); }
   void prepare(double p) {
-    tau_ = transpose_ ? p : -p;  // query: F(t) = A(t)^T; key and shift: A(-p)
+    tau_ = transpose_ ? p : -p;
     coder_.relative(&tau_, 1, rel_.data(), coder_.rel_size());
     coder_.compose(nullptr, rel_.data(), coder_.rel_size(), 1, coef_.data(), coder_.coef_size(),
                    transpose_);
-    big_ = coder_.clamped(rel_.data());
-    for (int c = 0; c < coder_.coef_size() && !big_; ++c) big_ = !std::isfinite(coef_[std::size_t(c)]);
+    big_ = coder_.out_of_range(rel_.data(), coef_.data());
   }
   void inplace(A* x, Index heads, Index xs) { copy(x, xs, x, xs, heads); }
   void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
-    for (Index h = 0; h < heads; ++h) {
-      if (!big_) {
-        coder_.apply(coef_.data(), x + h * xs, y + h * ys, transpose_, nullptr);
-        continue;
-      }
-      col_ = Eigen::Map<const Vector<A>>(x + h * xs, dim()).template cast<S>();
-      e_->apply(col_, real_t<S>(tau_), transpose_);
-      Eigen::Map<Vector<A>>(y + h * ys, dim()) = col_.template cast<A>();
-    }
+    if (!big_)
+      return scores_kernels::apply_heads(coder_, coef_.data(), x, xs, y, ys, heads, transpose_,
+                                         factor_, scratch_.data());
+    for (Index h = 0; h < heads; ++h)
+      coder_.apply_exact(tau_, rel_.data(), x + h * xs, y + h * ys, transpose_, factor_,
+                         scratch_.data());
   }
 
  private:
-  const E* e_;
   Coder coder_;
-  bool transpose_, big_ = false;
+  bool transpose_, factor_, big_ = false;
   double tau_ = 0;
   std::vector<double> rel_;
-  std::vector<A> coef_;
-  Vector<S> col_;
+  std::vector<A> coef_, scratch_;
 };
 
 /// MultiAxis<E>: the kernel of each axis in turn on the token's row while it is in cache
@@ -877,31 +590,24 @@ class MultiAxisPartsKernel {
   int dim_;
 };
 
-// ---- Dispatch: the most specific kernel for an encoding type.
+// ---- Dispatch: 1-D positions go through the coder of the encoding (one protocol with the
+// fused kernels); long double encodings and encodings without a usable apply() through
+// DenseKernel, their compositions through the structural kernels above; N-D points have
+// their own kernels below.
 template <class A, class E, class>
 struct kernel_for {
-  using type = std::conditional_t<has_traits_kernel<E>, TraitsKernel<A, E>, DenseKernel<A, E>>;
-};
-template <class A, class S>
-struct kernel_for<A, Bank<RotationBlock<S>>,
-                  std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
-  using type = RotationBankKernel<A>;
-};
-template <class A, class S>
-struct kernel_for<A, Bank<RealBlock<S>>, std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
-  using type = RealBankKernel<A>;
-};
-template <class A, class S>
-struct kernel_for<A, PassThrough<S>> {
-  using type = PassThroughKernel<A>;
+  using type = std::conditional_t<has_coder_kernel<A, E>::value, CoderKernel<A, E>, DenseKernel<A, E>>;
 };
 template <class A, class... Parts>
 struct kernel_for<A, BlockDiagonal<Parts...>> {
-  using type = BlockDiagonalKernel<A, Parts...>;
+  using type = std::conditional_t<has_coder_kernel<A, BlockDiagonal<Parts...>>::value,
+                                  CoderKernel<A, BlockDiagonal<Parts...>>,
+                                  BlockDiagonalKernel<A, Parts...>>;
 };
 template <class A, class E>
 struct kernel_for<A, BasisChange<E>> {
-  using type = BasisChangeKernel<A, E>;
+  using type = std::conditional_t<has_coder_kernel<A, BasisChange<E>>::value,
+                                  CoderKernel<A, BasisChange<E>>, BasisChangeKernel<A, E>>;
 };
 // Over points: the axes' kernels in turn, except for rotation banks (one fused N-D kernel)
 // and compositions, which are the composition of their parts over points (part I's kernel

@@ -24,7 +24,11 @@
 #include "../block_traits.hpp"
 #include "../encoding.hpp"
 #include "../rotation_block.hpp"
+#include "../real_block.hpp"
 #include "compiler.hpp"
+#include "exp_kernel.hpp"
+#include "exp_poly.hpp"
+#include "row_loops.hpp"
 #include "scores_poly.hpp"
 #include "sincos.hpp"
 #include "storage.hpp"
@@ -82,6 +86,18 @@ inline double clamp_magnitude(double g) {
 //       (differs from apply() only for BasisChange, whose P^T / P^{-1} is applied once)
 //   void apply_both(coef, coefx, src, dst, transpose, scratch) const;  optional: apply() of
 //       coef then apply_factor() of coefx in one pass (see the free function apply_both)
+// Encode (encode.hpp's CoderKernel: one row per token, applied to the token's heads) also uses
+//   bool out_of_range(const double* rel, const C* coef) const;  whether a row (one row of
+//       relative() and its compose()) cannot be applied in C: a magnitude past DBL_MAX (clamped)
+//       or a coefficient not finite in C, where apply() would meet inf · 0
+//   void apply_exact(double delta, const double* rel, const C* src, C* dst, bool transpose,
+//                    bool factor, C* scratch) const;  dst <- A(delta) src (or A^T, or the
+//       apply_factor() form when factor) computed past the range of C: rotation first, then
+//       the factor by mul_exp (detail/exp_poly.hpp), so that 0 stays 0. Not the hot path.
+//   void apply_heads(coef, x, xs, y, ys, heads, transpose, factor, scratch) const;  optional:
+//       apply() (or apply_factor()) to `heads` vectors x + h xs -> y + h ys (x == y allowed),
+//       the hand-vectorised loops of detail/row_loops.hpp (see the free function apply_heads)
+// scratch is 4 dim() values everywhere.
 
 template <class C, class E, class = void>
 struct coder_for;
@@ -169,11 +185,12 @@ class RotationBankCoder {
     double* c = row;
     double* s = c + nb_;
     angles_sincos(w_hi_.data(), w_lo_.data(), delta, nb_, s, c);
-    if (!pure_) {  // e^{a δ} (Eigen's vectorized exp), +inf clamped to DBL_MAX
-      Eigen::Map<Eigen::ArrayXd> g(s + nb_, nb_);
-      g = (Eigen::Map<const Eigen::ArrayXd>(a_.data(), nb_) * delta)
-              .exp()
-              .min(std::numeric_limits<double>::max());
+    if (!pure_) {  // e^{a δ}, +inf clamped to DBL_MAX. exp_batch, not Eigen's vectorised exp:
+      // Eigen clamps the argument, so e^{-4e6} came out as 5.6e-309 instead of 0 (encode of
+      // xPos queries at t = 1.7e9, the conformance suite's large positions).
+      double* g = s + nb_;
+      exp_batch(a_.data(), delta, nb_, g);
+      for (int b = 0; b < nb_; ++b) g[b] = clamp_magnitude(g[b]);
     }
   }
 
@@ -268,6 +285,54 @@ class RotationBankCoder {
     }
   }
 
+  // The coefficients of one row in the form of detail/row_loops.hpp's loops, then those
+  // loops over the heads (the pair count a template parameter for the common sizes): y0 =
+  // zr x0 − zi x1, y1 = zr x1 + zi x0 is cc = [zr, zr], ss = [−zi, zi] (interleaved), and
+  // c x0 + s x1 is rotate_halfsplit's c x0 − s' x1 with s' = −s (half-split).
+  void apply_heads(const C* coef, const C* x, Index xs, C* y, Index ys, Index heads,
+                   bool /*transpose: in coef*/, bool /*factor*/, C* scratch) const {
+    const int n = nb_;
+    if (n == 0) return;
+    C* PEAL_RESTRICT cc = scratch;
+    C* PEAL_RESTRICT ss = scratch + 2 * n;
+    if (interleaved_) {
+      for (int i = 0; i < n; ++i) {
+        const C zr = coef[2 * i], zi = coef[2 * i + 1];
+        cc[2 * i] = cc[2 * i + 1] = zr;
+        ss[2 * i] = -zi;
+        ss[2 * i + 1] = zi;
+      }
+    } else {
+      for (int i = 0; i < n; ++i) cc[i] = coef[i], ss[i] = -coef[n + i];
+    }
+    if (x == y && (heads == 1 || xs == ys))
+      heads_in_place(y, ys, heads, cc, ss);
+    else
+      heads_copy(x, xs, y, ys, heads, cc, ss);
+  }
+  bool out_of_range(const double* rel, const C* coef) const {
+    if (pure_) return false;
+    const double* g = rel + 2 * nb_;
+    int out = 0;
+    for (int b = 0; b < nb_; ++b) out |= !(g[b] < std::numeric_limits<double>::max());
+    for (int e = 0; e < 2 * nb_; ++e) out |= !std::isfinite(coef[e]);
+    return out != 0;
+  }
+  // A = e^{a δ} [[c, s], [−s, c]] (A^T: s flipped), the rotation in double, then e^{a δ}
+  // by mul_exp: exact past the range of C.
+  void apply_exact(double delta, const double* rel, const C* src, C* dst, bool transpose,
+                   bool /*factor*/, C* /*scratch*/) const {
+    const int stride = interleaved_ ? 1 : nb_, step = interleaved_ ? 2 : 1;
+    for (int b = 0; b < nb_; ++b) {
+      const int j = step * b;
+      const double x0 = double(src[j]), x1 = double(src[j + stride]);
+      const double c = rel[b], s = transpose ? -rel[nb_ + b] : rel[nb_ + b];
+      const double e = a_[std::size_t(b)] * delta;
+      dst[j] = C(detail::mul_exp(c * x0 + s * x1, e));
+      dst[j + stride] = C(detail::mul_exp(c * x1 - s * x0, e));
+    }
+  }
+
   // Rows of a linear-attention state step (detail/linear_ops.hpp) in one pass: each row
   // w_r (ld apart) <- g A w_r + v_r k (A = coef, the keys' orientation), and o[r] += w_r · q.
   // Four rows at a time, so that the table, k and q are loaded once for four rows. Optional
@@ -281,6 +346,29 @@ class RotationBankCoder {
   }
 
  private:
+  // The head loops of apply_heads, in place and out of place (row_loops.hpp's rotate_heads_*
+  // are out of line: inlined here, g++ 12 left the chunk loops as calls and spilled the
+  // coefficients, in-place RoPE 1.2-1.4x slower in bench_encode).
+  PEAL_NOINLINE void heads_in_place(C* y, Index ys, Index heads, const C* cc, const C* ss) const {
+    const int n = nb_;
+    with_pair_count(n, [&](auto N) {
+      if (interleaved_)
+        rotate_heads_interleaved<N()>(y, heads, ys, cc, ss, n);
+      else
+        rotate_heads_halfsplit<N()>(y, heads, ys, cc, ss, n);
+    });
+  }
+  PEAL_NOINLINE void heads_copy(const C* x, Index xs, C* y, Index ys, Index heads, const C* cc,
+                                const C* ss) const {
+    const int n = nb_;
+    with_pair_count(n, [&](auto N) {
+      if (interleaved_)
+        rotate_heads_interleaved<N()>(x, xs, y, ys, heads, cc, ss, n);
+      else
+        rotate_heads_halfsplit<N()>(x, xs, y, ys, heads, cc, ss, n);
+    });
+  }
+
   // Interleaved pairs (2b, 2b + 1), z = (c, u): (x0 c − x1 u, x0 u + x1 c), as apply's
   // complex product; half-split pairs (b, b + nb), [c | s]: (c x0 + s x1, c x1 − s x0).
   template <bool Inter>
@@ -476,11 +564,23 @@ class FixedBlocksCoder {
   void apply_factor(const C* coef, const C* src, C* dst, bool t, C* scratch) const {
     apply(coef, src, dst, t, scratch);
   }
-  /// Whether a row of relative() has a magnitude clamped to DBL_MAX (past the range).
-  bool clamped(const double* rel) const {
+  bool out_of_range(const double* rel, const C* coef) const {
     for (int b = 0; b < nb_; ++b)
       if (!(rel[b * (1 + MM)] < std::numeric_limits<double>::max())) return true;
+    for (int e = 0; e < coef_size(); ++e)
+      if (!std::isfinite(coef[e])) return true;
     return false;
+  }
+  // Each block's own apply() (exact past the range: the blocks' contract, docs/design.md §5).
+  void apply_exact(double delta, const double* /*rel*/, const C* src, C* dst, bool transpose,
+                   bool /*factor*/, C* /*scratch*/) const {
+    using S = typename Block::Scalar;
+    Eigen::Matrix<S, M, 1> v;
+    for (int b = 0; b < nb_; ++b) {
+      for (int c = 0; c < M; ++c) v(c) = S(src[coordinate(layout_, nb_, M, b, c)]);
+      blocks_[std::size_t(b)].apply(v, real_t<S>(delta), transpose);
+      for (int c = 0; c < M; ++c) dst[coordinate(layout_, nb_, M, b, c)] = C(v(c));
+    }
   }
 
  private:
@@ -496,6 +596,87 @@ class FixedBlocksCoder {
   int nb_ = 0;
   double rate_ = 0;
   int degree_ = 0;
+};
+
+/// Bank<RealBlock> with double parameters: per block the magnitude e^{λ δ}, one batched exp
+/// per row (detail/exp_kernel.hpp), and a diagonal scale (row_loops.hpp's `scale`).
+template <class C>
+class RealBankCoder {
+ public:
+  template <class S>
+  explicit RealBankCoder(const Bank<RealBlock<S>>& bank) : nb_(bank.size()) {
+    lambda_.resize(std::size_t(nb_));
+    for (int b = 0; b < nb_; ++b) {
+      lambda_[std::size_t(b)] = double(bank.params()(b, 0));
+      rate_ = std::max(rate_, std::abs(lambda_[std::size_t(b)]));
+    }
+  }
+  int dim() const { return nb_; }
+  double rate() const { return rate_; }
+  int degree() const { return 0; }
+  bool identity() const { return nb_ == 0; }
+  int rel_size() const { return nb_; }
+  int coef_size() const { return nb_; }
+  bool signature(std::vector<double>& sig) const {
+    sig.push_back(6);  // coder kind
+    sig.push_back(nb_);
+    sig.insert(sig.end(), lambda_.begin(), lambda_.end());
+    return true;
+  }
+  void relative(const double* delta, Index n, double* rel, Index ld) const {
+    for (Index r = 0; r < n; ++r) {
+      double* PEAL_RESTRICT g = rel + r * ld;
+      exp_batch(lambda_.data(), delta[r], nb_, g);
+      for (int b = 0; b < nb_; ++b) g[b] = clamp_magnitude(g[b]);
+    }
+  }
+  void compose(const double* x, const double* rel, Index ldr, Index n, C* coef, Index ldc,
+               bool /*transpose: A is diagonal*/) const {
+    constexpr double big = std::numeric_limits<double>::max();
+    for (Index r = 0; r < n; ++r) {
+      const double* PEAL_RESTRICT g = rel + r * ldr;
+      C* PEAL_RESTRICT o = coef + r * ldc;
+      if (x == nullptr)
+        for (int b = 0; b < nb_; ++b) o[b] = C(g[b]);
+      else
+        for (int b = 0; b < nb_; ++b) o[b] = C(std::min(x[b] * g[b], big));
+    }
+  }
+  void apply(const C* coef, const C* src, C* dst, bool /*transpose*/, C* /*scratch*/) const {
+    if (src == dst)
+      scale(dst, coef, nb_);
+    else
+      scale(src, dst, coef, nb_);
+  }
+  void apply_factor(const C* coef, const C* src, C* dst, bool t, C* scratch) const {
+    apply(coef, src, dst, t, scratch);
+  }
+  void apply_heads(const C* coef, const C* x, Index xs, C* y, Index ys, Index heads,
+                   bool /*transpose*/, bool /*factor*/, C* /*scratch*/) const {
+    if (x == y && (heads == 1 || xs == ys)) {
+      for (Index h = 0; h < heads; ++h) scale(y + h * ys, coef, nb_);
+    } else {
+      for (Index h = 0; h < heads; ++h) scale(x + h * xs, y + h * ys, coef, nb_);
+    }
+  }
+  // Past DBL_MAX (clamped there by relative()) or past the largest C.
+  bool out_of_range(const double* rel, const C* /*coef*/) const {
+    constexpr double big = std::numeric_limits<double>::max();
+    constexpr double cmax = double(std::numeric_limits<C>::max());
+    int out = 0;
+    for (int b = 0; b < nb_; ++b) out |= !(rel[b] < big) | !(rel[b] <= cmax);
+    return out != 0;
+  }
+  void apply_exact(double delta, const double* /*rel*/, const C* src, C* dst, bool /*transpose*/,
+                   bool /*factor*/, C* /*scratch*/) const {
+    for (int b = 0; b < nb_; ++b)
+      dst[b] = C(detail::mul_exp(double(src[b]), lambda_[std::size_t(b)] * delta));
+  }
+
+ private:
+  int nb_;
+  double rate_ = 0;
+  std::vector<double> lambda_;
 };
 
 /// PassThrough: the identity.
@@ -522,6 +703,16 @@ class PassThroughCoder {
   }
   void apply_factor(const C* c, const C* src, C* dst, bool t, C* scratch) const {
     apply(c, src, dst, t, scratch);
+  }
+  void apply_heads(const C*, const C* x, Index xs, C* y, Index ys, Index heads, bool, bool,
+                   C*) const {
+    if (n_ == 0 || (x == y && (heads == 1 || xs == ys))) return;
+    for (Index h = 0; h < heads; ++h)
+      std::memcpy(y + h * ys, x + h * xs, sizeof(C) * std::size_t(n_));
+  }
+  bool out_of_range(const double*, const C*) const { return false; }
+  void apply_exact(double, const double*, const C* src, C* dst, bool t, bool, C* scratch) const {
+    apply(nullptr, src, dst, t, scratch);
   }
   void step_rows(const C*, C g, C* W, Index ld, Index rows, const C* v, const C* PEAL_RESTRICT k,
                  const C* PEAL_RESTRICT q, C* o) const {
@@ -563,6 +754,30 @@ void apply_both(const K& k, const C* coef, const C* coefx, const C* src, C* dst,
   } else {
     k.apply(coef, src, dst, transpose, scratch);
     k.apply_factor(coefx, dst, dst, transpose, scratch);
+  }
+}
+
+// y_h <- A x_h (apply(), or apply_factor() when factor) for `heads` vectors with one row of
+// coefficients: the coder's apply_heads when it has one (its tuned loops), else a loop.
+template <class K, class C, class = void>
+struct has_apply_heads : std::false_type {};
+template <class K, class C>
+struct has_apply_heads<K, C, std::void_t<decltype(std::declval<const K&>().apply_heads(
+                                 (const C*)nullptr, (const C*)nullptr, Index(0), (C*)nullptr,
+                                 Index(0), Index(0), false, false, (C*)nullptr))>>
+    : std::true_type {};
+template <class K, class C>
+void apply_heads(const K& k, const C* coef, const C* x, Index xs, C* y, Index ys, Index heads,
+                 bool transpose, bool factor, C* scratch) {
+  if constexpr (has_apply_heads<K, C>::value) {
+    k.apply_heads(coef, x, xs, y, ys, heads, transpose, factor, scratch);
+  } else {
+    for (Index h = 0; h < heads; ++h) {
+      if (factor)
+        k.apply_factor(coef, x + h * xs, y + h * ys, transpose, scratch);
+      else
+        k.apply(coef, x + h * xs, y + h * ys, transpose, scratch);
+    }
   }
 }
 
@@ -627,6 +842,27 @@ class BlockDiagonalCoder {
     each([&](const auto& c, std::size_t i) {
       scores_kernels::apply_both(c, coef + coef_off_[i], coefx + coef_off_[i], src + off_[i],
                                  dst + off_[i], transpose, scratch);
+    });
+  }
+  void apply_heads(const C* coef, const C* x, Index xs, C* y, Index ys, Index heads,
+                   bool transpose, bool factor, C* scratch) const {
+    each([&](const auto& c, std::size_t i) {
+      scores_kernels::apply_heads(c, coef + coef_off_[i], x + off_[i], xs, y + off_[i], ys, heads,
+                                  transpose, factor, scratch);
+    });
+  }
+  bool out_of_range(const double* rel, const C* coef) const {
+    bool out = false;
+    each([&](const auto& c, std::size_t i) {
+      out = out || c.out_of_range(rel + rel_off_[i], coef + coef_off_[i]);
+    });
+    return out;
+  }
+  void apply_exact(double delta, const double* rel, const C* src, C* dst, bool transpose,
+                   bool factor, C* scratch) const {
+    each([&](const auto& c, std::size_t i) {
+      c.apply_exact(delta, rel + rel_off_[i], src + off_[i], dst + off_[i], transpose, factor,
+                    scratch);
     });
   }
   template <bool All = (has_step_rows<part_coder_t<C, Parts, Split>, C>::value && ...)>
@@ -703,6 +939,33 @@ class BasisChangeCoder {
   void apply_factor(const C* coef, const C* src, C* dst, bool transpose, C* scratch) const {
     inner_.apply_factor(coef, src, dst, transpose, scratch);
   }
+  // P^T (queries) or P^{-1} (keys) on every head, then E's loops over the heads in place;
+  // the factor alone is E's.
+  void apply_heads(const C* coef, const C* x, Index xs, C* y, Index ys, Index heads,
+                   bool transpose, bool factor, C* scratch) const {
+    if (!factor) {
+      const Index d = pt_.rows();
+      const Matrix<C>& m = transpose ? pt_ : pinv_;
+      Eigen::Map<Vector<C>> tm(scratch, d);
+      for (Index h = 0; h < heads; ++h) {
+        tm.noalias() = m * Eigen::Map<const Vector<C>>(x + h * xs, d);
+        Eigen::Map<Vector<C>>(y + h * ys, d) = tm;
+      }
+      x = y, xs = ys;
+    }
+    scores_kernels::apply_heads(inner_, coef, x, xs, y, ys, heads, transpose, factor, scratch);
+  }
+  bool out_of_range(const double* rel, const C* coef) const {
+    return inner_.out_of_range(rel, coef);
+  }
+  void apply_exact(double delta, const double* rel, const C* src, C* dst, bool transpose,
+                   bool factor, C* scratch) const {
+    if (factor) return inner_.apply_exact(delta, rel, src, dst, transpose, true, scratch);
+    const Index d = pt_.rows();
+    Eigen::Map<Vector<C>> tm(scratch, d);
+    tm.noalias() = (transpose ? pt_ : pinv_) * Eigen::Map<const Vector<C>>(src, d);
+    inner_.apply_exact(delta, rel, scratch, dst, transpose, false, scratch + d);
+  }
 
  private:
   coder_t<C, E> inner_;
@@ -727,14 +990,13 @@ class FallbackCoder {
   static constexpr int slots = int((sizeof(double) + sizeof(C) - 1) / sizeof(C));
 
  public:
-  explicit FallbackCoder(const E& e) : e_(&e), dim_(int(e.dim())) {
-    const Matrix<double> X = Matrix<typename E::Scalar>(e.generator()).template cast<double>();
-    rate_ = generic_rate(X);
-    degree_ = generic_degree(X);
-  }
+  explicit FallbackCoder(const E& e) : e_(&e), dim_(int(e.dim())) {}
   int dim() const { return dim_; }
-  double rate() const { return rate_; }
-  int degree() const { return degree_; }
+  // From the generator on each call (a few per scores run), not in the constructor: encode
+  // builds this coder per call and thread and never asks, and a TU that only encodes does
+  // not compile the eigenvalue solver.
+  double rate() const { return generic_rate(generator()); }
+  int degree() const { return generic_degree(generator()); }
   bool identity() const { return dim_ == 0; }
   int rel_size() const { return 1; }
   int coef_size() const { return slots; }
@@ -760,18 +1022,36 @@ class FallbackCoder {
   void apply_factor(const C* coef, const C* src, C* dst, bool t, C* scratch) const {
     apply(coef, src, dst, t, scratch);
   }
+  // The encoding's apply() is its own exact evaluation: nothing is out of range here.
+  bool out_of_range(const double*, const C*) const { return false; }
+  void apply_exact(double delta, const double*, const C* src, C* dst, bool t, bool,
+                   C* scratch) const {
+    std::memcpy(scratch, &delta, sizeof(double));
+    apply(scratch, src, dst, t, nullptr);
+  }
 
  private:
+  Matrix<double> generator() const {
+    return Matrix<typename E::Scalar>(e_->generator()).template cast<double>();
+  }
   const E* e_;
   int dim_;
-  double rate_ = 0;
-  int degree_ = 0;
 };
+
+template <class K>
+struct is_fallback_coder : std::false_type {};
+template <class C, class E>
+struct is_fallback_coder<FallbackCoder<C, E>> : std::true_type {};
 
 template <class B>
 struct is_fast_rotation : std::false_type {};
 template <class S>
 struct is_fast_rotation<RotationBlock<S>> : std::is_same<real_t<S>, double> {};
+
+template <class B>
+struct is_fast_real : std::false_type {};
+template <class S>
+struct is_fast_real<RealBlock<S>> : std::is_same<real_t<S>, double> {};
 
 template <class C, class E, class>
 struct coder_for {  // no traits: the encoding's own apply, per row
@@ -782,9 +1062,14 @@ struct coder_for<C, Bank<RotationBlock<S>>,
                  std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
   using type = RotationBankCoder<C>;
 };
+template <class C, class S>
+struct coder_for<C, Bank<RealBlock<S>>, std::enable_if_t<std::is_same<real_t<S>, double>::value>> {
+  using type = RealBankCoder<C>;
+};
 template <class C, class B>
 struct coder_for<C, Bank<B>,
-                 std::enable_if_t<has_block_traits<B>::value && !is_fast_rotation<B>::value>> {
+                 std::enable_if_t<has_block_traits<B>::value && !is_fast_rotation<B>::value &&
+                                  !is_fast_real<B>::value>> {
   using type = FixedBlocksCoder<C, B>;
 };
 template <class C, class B>  // a block with block_traits
