@@ -130,28 +130,21 @@ using kernel_t = typename kernel_for<A, E>::type;
 /// as the 1-D coder's apply_heads; the growth is e^{±a_i·p}.
 template <class A>
 class RotationBankKernel {
+ public:
   template <class S>
-  RotationBankKernel(const Bank<RotationBlock<S>>& bank, Mode mode)
-      : n_(bank.size()),
-        interleaved_(bank.layout() == Layout::Interleaved),
+  RotationBankKernel(const MultiAxis<Bank<RotationBlock<S>>>& m, Mode mode)
+      : n_(m.axis(0).size()),
+        interleaved_(m.axis(0).layout() == Layout::Interleaved),
         query_(mode == Mode::query),
-        w_hi_(bank.params().col(0).data()),
-        w_lo_(bank.params().col(1).data()),
-        a_(bank.params().col(2).data()),
         sd_(std::size_t(n_)),
         cd_(std::size_t(n_)),
         gd_(std::size_t(n_)),
         cc_(std::size_t(n_) * (interleaved_ ? 2 : 1)),
-        ss_(cc_.size()) {
-    pure_ = (bank.params().col(2) == 0).all();
-  }
- public:
-  template <class S>
-  RotationBankKernel(const MultiAxis<Bank<RotationBlock<S>>>& m, Mode mode)
-      : RotationBankKernel(m.axis(0), mode) {
-    nd_ = true;
-    w_hi_ = w_lo_ = a_ = nullptr;  // the per-axis tables below are the kernel's own copies
-    for (int a = 0; a < m.axes(); ++a) {
+        ss_(cc_.size()),
+        r_(std::size_t(n_)),
+        tmp_(std::size_t(n_)),
+        e_(std::size_t(n_)) {
+    for (int a = 0; a < m.axes(); ++a) {  // the kernel's own compact per-axis tables
       const auto& P = m.axis(a).params();
       Axis ax;
       for (int i = 0; i < n_; ++i)
@@ -165,9 +158,6 @@ class RotationBankKernel {
       pure_ = pure_ && !ax.growth;
       axes_.push_back(std::move(ax));
     }
-    r_.resize(std::size_t(n_));
-    tmp_.resize(std::size_t(n_));
-    e_.resize(std::size_t(n_));
   }
   int dim() const { return 2 * n_; }
 
@@ -196,7 +186,6 @@ class RotationBankKernel {
         if (axes_[a].growth)
           for (int i = 0; i < n_; ++i) e[i] += axes_[a].a[std::size_t(i)] * p[int(a)];
       exp_batch(e, query_ ? 1.0 : -1.0, n_, gd_.data());
-      p_ = query_ ? 1.0 : -1.0;
     }
     finish();
   }
@@ -268,20 +257,18 @@ class RotationBankKernel {
         const Index j0 = h * xs + Index(step) * i, k0 = h * ys + Index(step) * i;
         const double x0 = double(x[j0]), x1 = double(x[j0 + stride]);
         const double c = cd_[std::size_t(i)], s = sd_[std::size_t(i)];
-        const double e = (nd_ ? e_[std::size_t(i)] : a_[i]) * p_;
+        const double e = query_ ? e_[std::size_t(i)] : -e_[std::size_t(i)];
         y[k0] = A(detail::mul_exp(c * x0 - s * x1, e));
         y[k0 + stride] = A(detail::mul_exp(s * x0 + c * x1, e));
       }
   }
 
   int n_;
-  bool interleaved_, query_, pure_ = true, big_ = false, nd_ = false;
-  double p_ = 0;  // the exponent's multiplier: ±p (1-D), ±1 (N-D, e_ holding a·p)
-  const double *w_hi_, *w_lo_, *a_;
+  bool interleaved_, query_, pure_ = true, big_ = false;
   std::vector<double> sd_, cd_, gd_;
   std::vector<A> cc_, ss_;
   std::vector<Axis> axes_;
-  std::vector<double> r_, tmp_, e_;
+  std::vector<double> r_, tmp_, e_;  // angles, one axis's angles, exponents Σ_a a_{a,i} p_a
 };
 
 /// Compositions the coders do not take (long double parameters): BlockDiagonal runs part I's

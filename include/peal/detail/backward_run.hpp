@@ -160,9 +160,10 @@ class Run {
         G_(Hq_ / Hk_) {
     const scores_kernels::coder_t<double, E> coder(enc);
     using L = scores_kernels::rebase_limits<C>;
-    const bool pure = g.keys_encoded || (coder.rate() == 0 && coder.degree() == 0);
-    const double h = scores_kernels::max_half_spread(coder.rate(), coder.degree(), L::exp_budget,
-                                                     L::poly_budget);
+    const double rate = coder.rate();  // once: a fallback coder solves for its eigenvalues
+    const int degree = coder.degree();
+    const bool pure = g.keys_encoded || (rate == 0 && degree == 0);
+    const double h = scores_kernels::max_half_spread(rate, degree, L::exp_budget, L::poly_budget);
     qp_ = plan(tq, nq_, 256, h, pure);
     kp_ = plan(tk, nk_, 512, h, pure);
     at_least(ws_.W, qp_.max_rows, kp_.max_rows);

@@ -992,9 +992,9 @@ class FallbackCoder {
  public:
   explicit FallbackCoder(const E& e) : e_(&e), dim_(int(e.dim())) {}
   int dim() const { return dim_; }
-  // From the generator on each call (a few per scores run), not in the constructor: encode
-  // builds this coder per call and thread and never asks, and a TU that only encodes does
-  // not compile the eigenvalue solver.
+  // From the generator on each call (an eigenvalue solve: the runs ask once, in their
+  // constructors), not in the constructor: encode builds this coder per call and thread and
+  // never asks, and a TU that only encodes does not compile the eigenvalue solver.
   double rate() const { return generic_rate(generator()); }
   int degree() const { return generic_degree(generator()); }
   bool identity() const { return dim_ == 0; }

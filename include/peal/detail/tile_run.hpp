@@ -88,7 +88,10 @@ class TileRun {
     identity_ = coder_.identity();
     // A pure rotation needs no anchor for its coefficients; a scalar decay on top of it is
     // rebased through row scales and the GEMM's alpha alone (no per-pair pass).
-    rebase_ = coder_.rate() == 0 && coder_.degree() == 0 ? Rebase::pure : Rebase::two_step;
+    // Asked once: a fallback coder finds its rate by an eigenvalue solve.
+    rate_ = coder_.rate();
+    degree_ = coder_.degree();
+    rebase_ = rate_ == 0 && degree_ == 0 ? Rebase::pure : Rebase::two_step;
     plan_ = plan_run(shape(opt));
     if (plan_.pair_decay) epi_.decay_per_pair(q, k, d_);
     rel_ = coder_.rel_size();
@@ -657,8 +660,8 @@ class TileRun {
     x.exp_budget = rebase_limits<C>::exp_budget, x.poly_budget = rebase_limits<C>::poly_budget;
     // The polynomial parts' e^{λτ} is rebased like any growth (their λ is in the rate); their
     // polynomial is evaluated per pair, so their chain length does not enter the degree.
-    x.rate = std::max(coder_.rate(), poly_.rate());
-    x.degree = coder_.degree();
+    x.rate = std::max(rate_, poly_.rate());
+    x.degree = degree_;
     x.has_decay = epi_.has_decay(), x.decay_rate = epi_.decay_rate();
     x.query_tile = opt.query_tile, x.key_tile = opt.key_tile;
     x.threads = 1;
@@ -714,6 +717,8 @@ class TileRun {
   Index d_ = 0, Hq_ = 0, Hk_ = 1, G_ = 1, nq_ = 0, nk_ = 0;
   bool identity_ = false;
   Rebase rebase_ = Rebase::pure;
+  double rate_ = 0;  // the coder's growth rate and GEMM degree
+  int degree_ = 0;
   int rel_ = 0, coef_ = 0;
   Buf<C> qcoef_shared_, kcoef_shared_;
   bool out_rm_ = false, out_cm_ = false;
