@@ -62,6 +62,7 @@
 
 #include "conformance_kernels.hpp"
 #include "families.hpp"
+#include "generator_facts.hpp"
 #include "tolerances.hpp"
 
 #ifdef _OPENMP
@@ -75,8 +76,11 @@ namespace conformance {
 // growth_rate: max |Re lambda| over the blocks (the exponential factors e^{a t}).
 // gemm_degree: the longest Jordan chain minus one that scores() keeps in its GEMM: every chain
 // except the real JordanBlock<M >= 2> parts at the top level of a composition, which it
-// evaluates per pair (docs/kernels-scores.md §3, "Which encodings"). Declared before they are
-// defined so that the overloads find each other through the composites.
+// evaluates per pair (docs/kernels-scores.md §3, "Which encodings"). Any other type (a user's
+// block, tests/toy_block.hpp) is read from its long double generator (generator_facts.hpp).
+// Declared before they are defined so that the overloads find each other through the composites.
+template <class E>
+LD growth_rate(const E& e);
 template <class S>
 LD growth_rate(const peal::RealBlock<S>& b);
 template <class S>
@@ -93,6 +97,8 @@ template <class... P>
 LD growth_rate(const peal::BlockDiagonal<P...>& b);
 template <class E>
 LD growth_rate(const peal::BasisChange<E>& b);
+template <class E>
+int gemm_degree(const E& e, bool);
 template <class S>
 int gemm_degree(const peal::RealBlock<S>&, bool);
 template <class S>
@@ -110,6 +116,10 @@ int gemm_degree(const peal::BlockDiagonal<P...>& b, bool);
 template <class E>
 int gemm_degree(const peal::BasisChange<E>& b, bool);
 
+template <class E>
+LD growth_rate(const E& e) {
+  return generator_facts::growth_rate(LMatrix(e.generator().template cast<LD>()));
+}
 template <class S>
 LD growth_rate(const peal::RealBlock<S>& b) {
   return std::abs(LD(b.lambda()));
@@ -149,6 +159,10 @@ LD growth_rate(const peal::BasisChange<E>& b) {
   return growth_rate(b.inner());
 }
 
+template <class E>
+int gemm_degree(const E& e, bool) {
+  return generator_facts::chain_degree_bound(LMatrix(e.generator().template cast<LD>()));
+}
 template <class S>
 int gemm_degree(const peal::RealBlock<S>&, bool) {
   return 0;
@@ -255,10 +269,16 @@ class OracleOf final : public Oracle {
     degree = scores_degree(e);
     const LMatrix X = LMatrix(inner().generator());
     xnorm = X.norm();
+    // Factorable also needs X in real Jordan form without chains: every off-diagonal entry
+    // one of a pair e^{aτ}R (X_ji = −X_ij, X_ii = X_jj), so that ‖A(τ)‖ = max_j e^{X_jj τ}.
+    bool pairs = true;
     for (Index i = 0; i < X.rows(); ++i)
-      for (Index j = 0; j < X.cols(); ++j)
-        rotations |= i != j && X(i, j) != 0 && X(i, j) == -X(j, i);
-    factorable = gemm_degree(inner(), false) == 0;
+      for (Index j = 0; j < X.cols(); ++j) {
+        if (i == j || X(i, j) == 0) continue;
+        rotations |= X(i, j) == -X(j, i);
+        pairs &= X(i, j) == -X(j, i) && X(i, i) == X(j, j);
+      }
+    factorable = pairs && gemm_degree(inner(), false) == 0;
     diag_ = X.diagonal();
     if constexpr (is_basis_change<EL>::value) {
       basis = true;

@@ -49,7 +49,11 @@ using LD = long double;
 // Every block is in real Jordan form, so its eigenvalues are its parameters: lambda (RealBlock,
 // JordanBlock), a +- i omega (RotationBlock, RotationJordanBlock), 0 (PassThrough); a bank or a
 // composition has the union of its parts' eigenvalues, a basis change (X = P J P^-1) those of J.
-// Declared before they are defined so that the overloads find each other through composites.
+// Any other type (a user's block, tests/toy_block.hpp): from its long double generator
+// (generator_facts.hpp). Declared before they are defined so that the overloads find each
+// other through composites.
+template <class E>
+LD max_real_part(const E& e);
 template <class S>
 LD max_real_part(const peal::RealBlock<S>& b);
 template <class S>
@@ -67,6 +71,10 @@ LD max_real_part(const peal::BlockDiagonal<P...>& b);
 template <class E>
 LD max_real_part(const peal::BasisChange<E>& b);
 
+template <class E>
+LD max_real_part(const E& e) {
+  return generator_facts::max_real_part(conformance::LMatrix(e.generator().template cast<LD>()));
+}
 template <class S>
 LD max_real_part(const peal::RealBlock<S>& b) {
   return LD(b.lambda());

@@ -1,14 +1,11 @@
 // Tests of the block protocol (include/peal/block_traits.hpp, docs/design.md "Adding a block
-// type"): a block type defined here, by its class (deriving from peal::Encoding as the
-// built-in blocks do) and its peal::block_traits specialisation and nothing else, gets the
-// fused scores kernel's tabulated path (FixedBlocksCoder, not the per-row FallbackCoder) and
-// its table caching, alone, in a Bank, and composed with peal's own blocks. Scores are
-// compared with a per-pair long double reference (the same block in long double, through
-// enc.score: the lag t − s, never F(t) and G(s)); encode_queries/encode_keys with F/G.
-//
-// Tolerance (per score, as tests/test_scores.cpp): |out − ref| <= Tol<C>::fused_score(d)
-// |q_i| ‖A(τ)‖ |k_j| + Tol<Out>::stored() |ref|, ‖A(τ)‖ = max(1, max_b e^{a_b τ}) for these
-// block-diagonal rotations and scales (each block's A is e^{aτ} times an orthogonal matrix).
+// type"): a block type defined by its class and its peal::block_traits specialisation and
+// nothing else (tests/toy_block.hpp) gets every kernel, alone, in a Bank, and composed with
+// peal's own blocks. Its families run the suites every built-in block runs
+// (tests/test_block_protocol_suites.cpp). Here: the dispatch (the tabulated coder, not the
+// per-row fallback), its table caching, the fallback without traits, its parameters,
+// derivatives and encode backward, and the traits that block_traits_base gives peal's own
+// blocks.
 #include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
@@ -23,94 +20,7 @@
 
 #include "kernel_catalogue.hpp"
 #include "tolerances.hpp"
-
-namespace toy {
-
-/// ScaledRotation{a, w}: X = [[a, w], [−w, a]], A(τ) = e^{aτ} R(−wτ) = e^{aτ} [[c, s], [−s, c]],
-/// (c, s) = (cos wτ, sin wτ). Its own parameter layout (a first, one frequency) and its own
-/// angle evaluation (wτ in long double), unknown to peal's kernels.
-template <class S = double>
-class ScaledRotation : public peal::Encoding<ScaledRotation<S>, S> {
- public:
-  using Real = peal::real_t<S>;
-  static constexpr int Dim = 2;
-  static constexpr int n_params = 2;  // a, w
-  using MatrixType = Eigen::Matrix<S, 2, 2>;
-  using Params = std::array<Real, n_params>;
-
-  ScaledRotation(Real a, Real w) : a_(a), w_(w) {}
-  static ScaledRotation from_params(const Params& p) { return ScaledRotation(p[0], p[1]); }
-  Params params() const { return {a_, w_}; }
-  Real a() const { return a_; }
-  Real w() const { return w_; }
-  static constexpr int dim() { return Dim; }
-
-  MatrixType generator() const {
-    MatrixType x;
-    x << S(a_), S(w_), S(-w_), S(a_);
-    return x;
-  }
-  MatrixType A(Real tau) const {
-    const long double th = (long double)w_ * tau, g = std::exp((long double)a_ * tau);
-    const long double c = std::cos(th), s = std::sin(th);
-    MatrixType m;
-    m << S(g * c), S(g * s), S(-g * s), S(g * c);
-    return m;
-  }
-  template <class V>
-  void apply(V&& v, Real tau, bool transpose) const {
-    const MatrixType m = A(tau);
-    const S x0 = v(0), x1 = v(1);
-    v(0) = transpose ? m(0, 0) * x0 + m(1, 0) * x1 : m(0, 0) * x0 + m(0, 1) * x1;
-    v(1) = transpose ? m(0, 1) * x0 + m(1, 1) * x1 : m(1, 0) * x0 + m(1, 1) * x1;
-  }
-  /// ∂A(τ)/∂a = τ A(τ) (k = 0); ∂A(τ)/∂w = τ J A(τ), J = [[0, 1], [−1, 0]] (k = 1).
-  MatrixType dA(Real tau, int k) const {
-    const MatrixType m = A(tau);
-    if (k == 0) return MatrixType(m * S(tau));
-    MatrixType j;
-    j << S(0), S(1), S(-1), S(0);
-    return MatrixType(j * m * S(tau));
-  }
-
- private:
-  Real a_, w_;
-};
-
-/// The same block without traits: peal takes the per-row fallback.
-struct Untraited : ScaledRotation<double> {
-  using ScaledRotation<double>::ScaledRotation;
-  static Untraited from_params(const Params& p) { return Untraited(p[0], p[1]); }
-};
-
-}  // namespace toy
-
-// The block's batch-kernel facts, beside it (block_traits.hpp).
-template <class S>
-struct peal::block_traits<toy::ScaledRotation<S>> {
-  using B = toy::ScaledRotation<S>;
-  static constexpr int dim = 2;
-  static constexpr int degree = 0;
-  static constexpr bool per_pair_polynomial = false;
-  static double rate(const B& b) { return std::abs(double(b.a())); }
-  static void factors(const B& b, double d, double& g, double* P) {
-    const long double th = (long double)b.w() * d;
-    g = std::exp(double(b.a()) * d);
-    const double c = double(std::cos(th)), s = double(std::sin(th));
-    P[0] = c, P[1] = s, P[2] = -s, P[3] = c;
-  }
-  static void signature(const B& b, std::vector<double>& sig) {
-    sig.push_back(double(b.a()));
-    sig.push_back(double(b.w()));
-  }
-  // Its trainable parameters (parameters.hpp), in its own order: a, then w.
-  static constexpr int n_parameters = 2;
-  static const char* parameter_name(int k) { return k == 0 ? "a" : "w"; }
-  static long double parameter(const B& b, int k) { return k == 0 ? b.a() : b.w(); }
-  static B with_parameters(const B&, const long double* th) {
-    return B(peal::real_t<S>(th[0]), peal::real_t<S>(th[1]));
-  }
-};
+#include "toy_block.hpp"
 
 namespace {
 
@@ -132,97 +42,12 @@ std::vector<ToyL> toy_blocks_ld(int n) {
   for (const auto& x : toy_blocks(n)) b.emplace_back(x.a(), x.w());
   return b;
 }
-template <class S>
-std::vector<peal::RotationBlock<S>> rope_blocks(int n) {
-  std::vector<peal::RotationBlock<S>> b;
-  for (int i = 0; i < n; ++i) b.emplace_back(std::pow(10000.0L, -1.0L * i / n), -0.001 * i);
-  return b;
-}
-
-/// out from peal::scores against the long double per-pair reference of the twin encoding.
-template <class T, class E, class EL>
-void check_against_reference(const E& enc, const EL& ref_enc, Index nq, Index nk, Index H,
-                             const std::vector<double>& tq, const std::vector<double>& tk,
-                             double rate, std::mt19937& rng) {
-  const Index d = Index(enc.dim());
-  std::normal_distribution<double> N(0.0, 1.0);
-  std::vector<T> q(std::size_t(nq * H * d)), k(std::size_t(nk * H * d));
-  for (auto& x : q) x = T(N(rng));
-  for (auto& x : k) x = T(N(rng));
-  std::vector<T> out(std::size_t(H * nq * nk));
-  ScoreOptions opt;
-  opt.query_tile = 16;  // several tiles, regular and not
-  opt.key_tile = 32;
-  peal::scores(enc, peal::make_view<const T>(q.data(), nq, H, d), Positions(tq),
-               peal::make_view<const T>(k.data(), nk, H, d), Positions(tk),
-               peal::make_view(out.data(), H, nq, nk), opt);
-  using C = sk::arith_t<T, T>;
-  const double per_score = double(Tol<C>::fused_score(long(d)));
-  Index bad = 0;
-  double worst = 0;
-  peal::Vector<long double> qv(d), kv(d);
-  for (Index h = 0; h < H; ++h)
-    for (Index i = 0; i < nq; ++i)
-      for (Index j = 0; j < nk; ++j) {
-        for (Index e = 0; e < d; ++e) {
-          qv(e) = (long double)q[std::size_t((i * H + h) * d + e)];
-          kv(e) = (long double)k[std::size_t((j * H + h) * d + e)];
-        }
-        const double tau = tq[std::size_t(i)] - tk[std::size_t(j)];
-        const double want = double(ref_enc.score(qv, tq[std::size_t(i)], kv, tk[std::size_t(j)]));
-        const double M = double(qv.norm() * kv.norm()) * std::max(1.0, std::exp(rate * std::abs(tau)));
-        const double got = double(out[std::size_t((h * nq + i) * nk + j)]);
-        const double err = std::abs(got - want);
-        worst = std::max(worst, err / M);
-        bad += !(err <= per_score * M + double(Tol<T>::stored()) * std::abs(want));
-      }
-  INFO("worst |err| / (|q| ||A|| |k|) = " << worst << ", allowed " << per_score);
-  CHECK(bad == 0);
-}
-
-std::vector<double> regular(Index n, double start, double step) {
-  std::vector<double> p(static_cast<std::size_t>(n));
-  for (Index i = 0; i < n; ++i) p[std::size_t(i)] = start + step * double(i);
-  return p;
-}
 std::vector<double> irregular(Index n, double start, std::mt19937& rng) {
   std::uniform_real_distribution<double> gap(0.1, 3.0);
   std::vector<double> p(static_cast<std::size_t>(n));
   double t = start;
   for (auto& x : p) x = t, t += gap(rng);
   return p;
-}
-
-/// Every configuration of the test for one storage type T.
-template <class T>
-void check_all(std::mt19937& rng) {
-  const Toy lone(-0.01, 0.9);
-  const ToyL lone_ld(-0.01, 0.9);
-  const peal::Bank<Toy> bank(toy_blocks(5), peal::Layout::HalfSplit);
-  const peal::Bank<ToyL> bank_ld(toy_blocks_ld(5), peal::Layout::HalfSplit);
-  const auto mix = peal::compose(bank, peal::Bank<peal::RotationBlock<double>>(rope_blocks<double>(3)),
-                                 peal::PassThrough<double>(3), lone);
-  const auto mix_ld = peal::compose(
-      bank_ld, peal::Bank<peal::RotationBlock<long double>>(rope_blocks<long double>(3)),
-      peal::PassThrough<long double>(3), lone_ld);
-  for (int pos = 0; pos < 2; ++pos) {
-    const Index nq = 37, nk = 45;
-    const std::vector<double> tq = pos ? irregular(nq, 12.0, rng) : regular(nq, 12.0, 1.0);
-    const std::vector<double> tk = pos ? irregular(nk, 0.0, rng) : regular(nk, 0.0, 1.0);
-    INFO((pos ? "irregular" : "regular") << " positions");
-    {
-      INFO("alone");
-      check_against_reference<T>(lone, lone_ld, nq, nk, 2, tq, tk, 0.01, rng);
-    }
-    {
-      INFO("in a Bank");
-      check_against_reference<T>(bank, bank_ld, nq, nk, 2, tq, tk, 0.006, rng);
-    }
-    {
-      INFO("composed with a RotationBlock bank and PassThrough");
-      check_against_reference<T>(mix, mix_ld, nq, nk, 2, tq, tk, 0.01, rng);
-    }
-  }
 }
 
 }  // namespace
@@ -261,18 +86,6 @@ TEST_CASE("block protocol: a block with traits takes the tabulated scores path",
   CHECK(coder.rate() == 0.006);
   CHECK(coder.degree() == 0);
   CHECK(coder.dim() == 8);
-}
-
-TEST_CASE("block protocol: scores of a user block match the per-pair reference, float",
-          "[protocol]") {
-  std::mt19937 rng(41);
-  check_all<float>(rng);
-}
-
-TEST_CASE("block protocol: scores of a user block match the per-pair reference, double",
-          "[protocol]") {
-  std::mt19937 rng(43);
-  check_all<double>(rng);
 }
 
 TEST_CASE("block protocol: tables of a user block are cached by its signature", "[protocol]") {
@@ -315,33 +128,6 @@ TEST_CASE("block protocol: tables of a user block are cached by its signature", 
       bad += !(std::abs(double(u1[x]) - double(a1[x])) <= 2 * double(Tol<float>::fused_score(8)) * M);
     }
   CHECK(bad == 0);
-}
-
-TEST_CASE("block protocol: encode_queries and encode_keys of a user block match F and G",
-          "[protocol]") {
-  std::mt19937 rng(53);
-  const auto enc = peal::compose(peal::Bank<Toy>(toy_blocks(3)), peal::PassThrough<double>(2));
-  const Index n = 9, H = 2, d = Index(enc.dim());
-  std::vector<double> tq = irregular(n, -5.0, rng);
-  std::normal_distribution<double> N(0.0, 1.0);
-  std::vector<double> x(std::size_t(n * H * d));
-  for (auto& v : x) v = N(rng);
-  std::vector<double> q = x, k = x;
-  peal::encode_queries(enc, peal::make_view(q.data(), n, H, d), Positions(tq));
-  peal::encode_keys(enc, peal::make_view(k.data(), n, H, d), Positions(tq));
-  for (Index i = 0; i < n; ++i) {
-    const Eigen::MatrixXd F = enc.F(tq[std::size_t(i)]), G = enc.G(tq[std::size_t(i)]);
-    for (Index h = 0; h < H; ++h) {
-      const Eigen::Map<const Eigen::VectorXd> xi(x.data() + (i * H + h) * d, d);
-      const Eigen::VectorXd fq = F * xi, gk = G * xi;
-      const Eigen::VectorXd mq = F.cwiseAbs() * xi.cwiseAbs(), mk = G.cwiseAbs() * xi.cwiseAbs();
-      for (Index e = 0; e < d; ++e) {
-        const double tol = double(Tol<double>::kernel_entry(2));
-        CHECK(std::abs(q[std::size_t((i * H + h) * d + e)] - fq(e)) <= tol * mq(e));
-        CHECK(std::abs(k[std::size_t((i * H + h) * d + e)] - gk(e)) <= tol * mk(e));
-      }
-    }
-  }
 }
 
 TEST_CASE("block protocol: a user block's parameters, derivatives and encode backward",
@@ -408,72 +194,6 @@ TEST_CASE("block protocol: a user block's parameters, derivatives and encode bac
   for (std::size_t kk = 0; kk < p.size(); ++kk)
     CHECK(std::abs(gp[kk] - ref[kk]) <=
           (Tol<double>::derivative(int(dm), 0.7L * 2 * dm) + Tol<double>::roundings(int(n))) * mag[kk]);
-}
-
-TEST_CASE("block protocol: attention of a user block matches softmax of the reference", "[protocol]") {
-  // The same block, through peal::attention (the tile driver's attention sink): softmax of
-  // the long double twin's scores times V, causal, at irregular positions, grouped heads.
-  std::mt19937 rng(11);
-  const peal::Bank<Toy> bank(toy_blocks(4), peal::Layout::Interleaved);
-  const peal::Bank<ToyL> bank_ld(toy_blocks_ld(4), peal::Layout::Interleaved);
-  const auto mix = peal::compose(bank, peal::PassThrough<double>(2));
-  const auto mix_ld = peal::compose(bank_ld, peal::PassThrough<long double>(2));
-  const Index n = 70, Hq = 4, Hk = 2, G = Hq / Hk, d = Index(mix.dim()), dv = 5;
-  const std::vector<double> t = irregular(n, 3.0, rng);
-  std::normal_distribution<double> N(0.0, 1.0);
-  std::vector<float> q(std::size_t(n * Hq * d)), k(std::size_t(n * Hk * d)), v(std::size_t(n * Hk * dv));
-  for (auto* b : {&q, &k, &v})
-    for (auto& x : *b) x = float(N(rng));
-  std::vector<float> out(std::size_t(n * Hq * dv));
-  peal::AttentionOptions opt;
-  opt.causal = true;
-  opt.query_tile = 16;
-  opt.key_tile = 32;
-  peal::attention(mix, peal::make_view<const float>(q.data(), n, Hq, d), Positions(t),
-                  peal::make_view<const float>(k.data(), n, Hk, d), Positions(t),
-                  peal::make_view<const float>(v.data(), n, Hk, dv),
-                  peal::make_view(out.data(), n, Hq, dv), opt);
-  using T = Tol<float>;
-  const long double scale = 1.0L / std::sqrt((long double)d);
-  Index bad = 0;
-  peal::Vector<long double> qv(d), kv(d);
-  for (Index h = 0; h < Hq; ++h)
-    for (Index i = 0; i < n; ++i) {
-      for (Index e = 0; e < d; ++e) qv(e) = q[std::size_t((i * Hq + h) * d + e)];
-      std::vector<long double> x(std::size_t(n), -INFINITY);
-      long double mx = -INFINITY, delta = 0, L = 0;
-      for (Index j = 0; j < n && t[std::size_t(j)] <= t[std::size_t(i)]; ++j) {
-        for (Index e = 0; e < d; ++e) kv(e) = k[std::size_t((j * Hk + h / G) * d + e)];
-        x[std::size_t(j)] = scale * mix_ld.score(qv, t[std::size_t(i)], kv, t[std::size_t(j)]);
-        mx = std::max(mx, x[std::size_t(j)]);
-        L = std::max(L, std::abs(x[std::size_t(j)]));
-        // |q| ||A|| |k| with ||A(tau)|| <= e^{0.006 |tau|} (the bank's rate)
-        const long double M = qv.norm() * kv.norm() *
-                              std::exp(0.006L * (t[std::size_t(i)] - t[std::size_t(j)]));
-        delta = std::max(delta, scale * T::fused_score(long(d)) * M);
-      }
-      delta += T::attention_exponent(L);
-      long double l = 0;
-      std::vector<long double> o(std::size_t(dv), 0), vmax(std::size_t(dv), 0);
-      for (Index j = 0; j < n; ++j) {
-        if (!(x[std::size_t(j)] > -INFINITY)) continue;
-        const long double p = std::exp(x[std::size_t(j)] - mx);
-        l += p;
-        for (Index e = 0; e < dv; ++e) {
-          const long double ve = v[std::size_t((j * Hk + h / G) * dv + e)];
-          o[std::size_t(e)] += p * ve;
-          vmax[std::size_t(e)] = std::max(vmax[std::size_t(e)], std::abs(ve));
-        }
-      }
-      for (Index e = 0; e < dv; ++e) {
-        const long double want = o[std::size_t(e)] / l;
-        const long double got = out[std::size_t((i * Hq + h) * dv + e)];
-        const long double tol = T::attention_out(delta, 32, 3, vmax[std::size_t(e)]) +
-                                T::stored() * std::abs(want);
-        bad += !(std::abs(got - want) <= tol);
-      }
-    }
-  CHECK(bad == 0);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // MultiAxis<E> (include/peal/multi_axis.hpp): the vector group law suite in D = 2 and 3.
 // For each family (rotation banks with per-axis omega and a, real banks, Jordan chains,
-// rotation-Jordan chains, a composition with pass-through), on random parameters and points
+// rotation-Jordan chains, a composition with pass-through, a bank of a block type peal does
+// not know: tests/toy_block.hpp), on random parameters and points
 // including large and negative coordinates, in float, double and long double:
 //   A(p) against Eigen's expm(sum_a p_a X_a) in long double;  A(p)A(p') = A(p + p');
 //   A(p)A(-p) = I;  F(p)^T G(p') = A(p - p');  X_a X_b = X_b X_a;
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "tolerances.hpp"
+#include "toy_block.hpp"
 
 namespace {
 
@@ -74,6 +76,21 @@ struct ComposedFamily {  // M-RoPE's shape: rotation bank + pass-through
   template <class S>
   static auto axis(std::mt19937_64& g, bool pure) {
     return peal::compose(RotFamily::axis<S>(g, pure), peal::PassThrough<S>(2));
+  }
+};
+
+struct ToyFamily {  // a user's block (traits only), per-axis a and w
+  static constexpr const char* name = "toy bank";
+  template <class S>
+  static auto axis(std::mt19937_64& g, bool pure) {
+    std::uniform_real_distribution<double> w(-1.5, 1.5), a(-0.02, 0.02);
+    std::vector<toy::ScaledRotation<S>> b;
+    for (int i = 0; i < 3; ++i) {
+      const double wi = w(g);
+      b.emplace_back(peal::real_t<S>(pure ? 0.0 : a(g)), peal::real_t<S>(wi));
+    }
+    return peal::compose(peal::Bank<toy::ScaledRotation<S>>(b, peal::Layout::HalfSplit),
+                         peal::PassThrough<S>(1));
   }
 };
 
@@ -187,6 +204,7 @@ TEMPLATE_TEST_CASE("multi_axis: vector group law suite, D = 2 and 3", "[multi_ax
     run_suite<JordanFamily, TestType>(D);
     run_suite<RotJordanFamily, TestType>(D);
     run_suite<ComposedFamily, TestType>(D);
+    run_suite<ToyFamily, TestType>(D);
   }
 }
 
@@ -214,8 +232,12 @@ TEST_CASE("multi_axis: pure rotations at large coordinates", "[multi_axis]") {
   CHECK(double(std::abs((LD)qq.dot(kk) - ref)) <= double(Tol<double>::encoded_dot(e.dim()) * 8));
 }
 
-TEST_CASE("multi_axis: batch kernels over N-D positions", "[multi_axis][encode]") {
-  const auto e = build<ComposedFamily, double>(3, 21, false);
+namespace {
+
+template <class Fam>
+void check_batch_nd() {
+  CAPTURE(Fam::name);
+  const auto e = build<Fam, double>(3, 21, false);
   const int n = 5, H = 2, d = e.dim();
   std::mt19937_64 g(3);
   std::uniform_real_distribution<double> u(-50, 50);
@@ -265,6 +287,13 @@ TEST_CASE("multi_axis: batch kernels over N-D positions", "[multi_axis][encode]"
     for (int c = 0; c < 3; ++c) moved[std::size_t(3 * i + c)] += delta[std::size_t(c)];
   peal::encode_keys(e, b, peal::PositionsND(moved, 3));
   for (std::size_t i = 0; i < k1.size(); ++i) CHECK(std::abs(k1[i] - k2[i]) <= 1e-4f);
+}
+
+}  // namespace
+
+TEST_CASE("multi_axis: batch kernels over N-D positions", "[multi_axis][encode]") {
+  check_batch_nd<ComposedFamily>();  // the fused N-D rotation kernel
+  check_batch_nd<ToyFamily>();       // a user's block: each axis's kernel in turn
 }
 
 TEST_CASE("multi_axis: bad input", "[multi_axis][errors]") {

@@ -46,9 +46,9 @@
 // A specialisation may derive from block_traits_base<B> (below) for what most blocks state
 // the same way: dim = B::Dim, degree 0, no per-pair polynomial, and the signature from
 // B::params(); it then writes rate and factors (and overrides what differs: the Jordan
-// blocks state their degree). The test tests/test_block_protocol.cpp defines a block of its
-// own with every member written out and checks the fast path against a per-pair reference:
-// the template to copy.
+// blocks state their degree). tests/toy_block.hpp defines a block of its own with every
+// member written out, and the suites check its kernels against its long double twin
+// (tests/test_block_protocol_suites.cpp): the template to copy.
 #pragma once
 
 #include <type_traits>
