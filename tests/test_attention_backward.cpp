@@ -19,6 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include "attention_backward_check.hpp"
+#include "toy_block.hpp"
 
 using namespace peal_test;
 using namespace peal_test::attention_backward_check;
@@ -34,6 +35,15 @@ TEST_CASE("attention backward: rebased tiles, GQA, causal and windowed masks, AL
   // and heads): the same results, and nothing written between the elements.
   check_attention_backward<MixedFam>(wide, Regime::Large, 2, 3, true);
   check_attention_backward<BasisChangeFam>(small, Regime::Random, 2, 4, true);
+}
+
+TEST_CASE("attention backward: a block type peal does not know",
+          "[attention_backward][protocol]") {
+  // tests/toy_block.hpp: its traits and dA(τ, k) only; no Jordan chain (p = 0).
+  const Shape wide{6, 9, 4, 2, 5, 0, 3000, true, 1500, 0, true, false, false};
+  check_attention_backward<ToyFam>(wide, Regime::Large, 0, 15);
+  const Shape small{7, 8, 2, 1, 3, -3, 3, false, kNone, 0, true, true, false};
+  check_attention_backward<ToyFam>(small, Regime::Random, 0, 16);
 }
 
 TEST_CASE("attention backward: bad input throws and writes nothing", "[attention_backward]") {

@@ -19,6 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include "scores_backward_check.hpp"
+#include "toy_block.hpp"
 
 using namespace peal_test;
 using namespace peal_test::scores_backward_check;
@@ -33,6 +34,15 @@ TEST_CASE("scores backward: rebased tiles, cross factors, a basis change", "[sco
   check_scores_backward<MixedFam>(causal, Regime::Random, 2, false, 5);
   check_scores_backward<MixedFam>(causal, Regime::Random, 2, false, 5, true);  // strided views
   check_scores_backward<NestedFam>(causal, Regime::Random, 2, false, 6);
+}
+
+TEST_CASE("scores backward: a block type peal does not know", "[scores_backward][protocol]") {
+  // tests/toy_block.hpp: its traits and dA(τ, k) only; no Jordan chain (p = 0). In a Bank and
+  // composed, its parameters and encode backward: tests/test_block_protocol.cpp.
+  const Shape wide{6, 8, 4, 2, 0, 3000, false, true, true};
+  check_scores_backward<ToyFam>(wide, Regime::Large, 0, false, 12);
+  const Shape causal{7, 9, 2, 1, -3, 3, true, true, false};
+  check_scores_backward<ToyFam>(causal, Regime::Random, 0, false, 13);
 }
 
 TEST_CASE("scores backward: bad input throws and writes nothing", "[scores_backward]") {
