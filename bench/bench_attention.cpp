@@ -40,13 +40,13 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <peal/alibi.hpp>
+#include <peal/presets/alibi.hpp>
 #include <peal/attention.hpp>
 #include <peal/attention_backward.hpp>
 #include <peal/encode.hpp>
 #include <peal/peal.hpp>
-#include <peal/retnet.hpp>
-#include <peal/rope.hpp>
+#include <peal/presets/retnet.hpp>
+#include <peal/presets/rope.hpp>
 #include <peal/scores.hpp>
 #include <random>
 #include <string>

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <peal/rope.hpp>
+#include <peal/presets/rope.hpp>
 #include <random>
 #include <string>
 #include <vector>

@@ -25,7 +25,7 @@
 #include <peal/linear_attention.hpp>
 #include <string>
 #include <peal/linear_state.hpp>
-#include <peal/retnet.hpp>
+#include <peal/presets/retnet.hpp>
 #include <peal/scores.hpp>
 #include <utility>
 #include <vector>

@@ -10,7 +10,7 @@
 // Encodings: RoPE (both layouts), ALiBi (no rotation + slope epilogue), RetNet (RoPE + scalar
 // decay per head, rebasing on), xPos (per-pair decays, rebasing on), a mixed composition with
 // RotationJordanBlock<2> and JordanBlock<2> (rebasing on), and JordanBlock<3> (its Jordan
-// part evaluated per pair, detail/scores_poly.hpp). Arguments: n (queries = keys), d
+// part evaluated per pair, detail/coders/poly_parts.hpp). Arguments: n (queries = keys), d
 // (head dim), threads. 4 heads, float storage and output, positions 0..n-1, no mask.
 // Counter GFLOPS = 2 n^2 d heads / s (wall time: UseRealTime, OpenMP threads included).
 #include <benchmark/benchmark.h>
@@ -21,13 +21,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <peal/alibi.hpp>
+#include <peal/presets/alibi.hpp>
 #include <peal/encode.hpp>
 #include <peal/peal.hpp>
-#include <peal/retnet.hpp>
+#include <peal/presets/retnet.hpp>
 #include <peal/scores.hpp>
 #include <peal/scores_backward.hpp>
-#include <peal/xpos.hpp>
+#include <peal/presets/xpos.hpp>
 #include <random>
 #include <string>
 #include <utility>

@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <peal/attention.hpp>
 #include <peal/encode.hpp>
-#include <peal/hf_config.hpp>
+#include <peal/models/hf_config.hpp>
 #include <peal/peal.hpp>
 #include <random>
 #include <stdexcept>

@@ -36,10 +36,10 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <peal/gguf_config.hpp>
-#include <peal/hf_config.hpp>
-#include <peal/mrope.hpp>
-#include <peal/rope.hpp>
+#include <peal/models/gguf_config.hpp>
+#include <peal/models/hf_config.hpp>
+#include <peal/presets/mrope.hpp>
+#include <peal/presets/rope.hpp>
 #include <string>
 #include <vector>
 

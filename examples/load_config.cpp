@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <exception>
 #include <peal/encode.hpp>
-#include <peal/hf_config.hpp>
+#include <peal/models/hf_config.hpp>
 #include <peal/peal.hpp>
 #include <random>
 #include <vector>

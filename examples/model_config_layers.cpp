@@ -17,10 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <peal/attention.hpp>
 #include <peal/encode.hpp>
-#include <peal/hf_config.hpp>
-#include <peal/model_positions.hpp>
+#include <peal/models/hf_config.hpp>
+#include <peal/models/model_positions.hpp>
 #include <peal/positions.hpp>
-#include <peal/rope.hpp>
+#include <peal/presets/rope.hpp>
 #include <peal/view.hpp>
 #include <random>
 #include <string>

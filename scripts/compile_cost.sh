@@ -33,11 +33,12 @@ echo "== compiler: $("$CXX" --version | head -n 1); flags: ${flags[*]}"
 echo "== headers alone (#include <...>; int main() {})"
 printf '#include <Eigen/Dense>\nint main() {}\n' >"$work/eigen.cpp"
 measure "Eigen/Dense" "$work/eigen.cpp"
-for h in include/peal/*.hpp; do
-  name="peal/$(basename "$h")"
+for h in include/peal/*.hpp include/peal/presets/*.hpp include/peal/models/*.hpp; do
+  name="${h#include/}"
+  grep -q "^// Moved to <peal/" "$h" && continue  # a forwarding header (docs/architecture.md §1)
   extra=()
   case "$name" in
-    peal/hf_config.hpp) pkg-config --exists nlohmann_json 2>/dev/null || [[ -d /usr/include/nlohmann ]] || continue ;;
+    peal/models/hf_config.hpp) pkg-config --exists nlohmann_json 2>/dev/null || [[ -d /usr/include/nlohmann ]] || continue ;;
   esac
   printf '#include <%s>\nint main() {}\n' "$name" >"$work/h.cpp"
   measure "$name" "$work/h.cpp" "${extra[@]}"

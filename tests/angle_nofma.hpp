@@ -1,7 +1,7 @@
-// Entry points of tests/test_angle_nofma.cpp: the angle code of detail/angle.hpp and
-// detail/sincos.hpp compiled WITHOUT hardware FMA (Dekker's products, no fused operations)
+// Entry points of tests/test_angle_nofma.cpp: the angle code of detail/math/angle.hpp and
+// detail/math/sincos.hpp compiled WITHOUT hardware FMA (Dekker's products, no fused operations)
 // inside the same test binary, so tests/test_angle.cpp can run every check on both builds
-// and compare them. (They do not collide with the FMA build: detail/angle.hpp puts its
+// and compare them. (They do not collide with the FMA build: detail/math/angle.hpp puts its
 // FMA-dependent code in an inline namespace named after PEAL_DETAIL_HAS_FMA.)
 #pragma once
 

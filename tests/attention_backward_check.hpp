@@ -200,7 +200,7 @@ struct Problem {
 template <class Fam, class T = double>
 void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64_t seed,
                               bool strided = false) {
-  using C = peal::detail::scores_kernels::arith_t<T, T>;
+  using C = peal::detail::tiled::arith_t<T, T>;
   auto c = Problem<Fam>::template make<T>(sh, regime, seed);
   const int d = c.d, P = peal::parameter_count(c.enc);
   std::vector<double> dq(c.q.size(), 7.0), dk(c.k.size(), 7.0), dv(c.v.size(), 7.0);

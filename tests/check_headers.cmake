@@ -7,8 +7,8 @@
 # The test TUs share a precompiled header (Eigen, peal.hpp, Catch2; tests/CMakeLists.txt), so
 # a header that forgot an #include still builds there; here each header is the only line of
 # its TU, included twice (its include guard), `-fsyntax-only` (parse and instantiate, no code).
-# detail/angle_exact.hpp is the one header that must not be included alone: it has to fail with
-# its own #error, which names detail/angle.hpp.
+# detail/math/angle_exact.hpp is the one header that must not be included alone: it has to fail with
+# its own #error, which names detail/math/angle.hpp.
 #
 # Eigen/Core, parsed once: most of each TU's second was Eigen/Core (~1.1 s of g++'s ~1.3-2 s).
 # A header whose own includes reach Eigen (followed through peal's headers from this file's
@@ -16,7 +16,7 @@
 # header brings Eigen/Core and what Eigen/Core includes, so this hides nothing that compiling
 # it alone would show, except an Eigen name used in the header chain before the chain's own
 # #include of Eigen. A header that does not reach Eigen is compiled without it, as before.
-# hf_config.hpp and the detail/hf_* readers need nlohmann-json: skipped when -DJSON=OFF.
+# hf_config.hpp (and its forwarding header) and the detail/models/hf_* readers need nlohmann-json: skipped when -DJSON=OFF.
 # Fails (exit code 1) listing each header and the compiler's first lines.
 cmake_minimum_required(VERSION 3.16)
 
@@ -27,9 +27,10 @@ foreach(_v PEAL_SOURCE_DIR CXX LAYER)
 endforeach()
 
 if(LAYER STREQUAL "public")
-  file(GLOB _headers RELATIVE "${PEAL_SOURCE_DIR}/include" "${PEAL_SOURCE_DIR}/include/peal/*.hpp")
+  file(GLOB _headers RELATIVE "${PEAL_SOURCE_DIR}/include" "${PEAL_SOURCE_DIR}/include/peal/*.hpp"
+    "${PEAL_SOURCE_DIR}/include/peal/presets/*.hpp" "${PEAL_SOURCE_DIR}/include/peal/models/*.hpp")
 elseif(LAYER STREQUAL "detail")
-  file(GLOB _headers RELATIVE "${PEAL_SOURCE_DIR}/include"
+  file(GLOB_RECURSE _headers RELATIVE "${PEAL_SOURCE_DIR}/include"
     "${PEAL_SOURCE_DIR}/include/peal/detail/*.hpp")
 else()
   message(FATAL_ERROR "check_headers.cmake: LAYER is public or detail, not '${LAYER}'")
@@ -95,7 +96,7 @@ set(_failed "")
 set(_checked 0)
 set(_prefixed 0)
 foreach(_h IN LISTS _headers)
-  if(JSON STREQUAL "OFF" AND _h MATCHES "(hf_config|detail/hf_)")
+  if(JSON STREQUAL "OFF" AND _h MATCHES "(hf_config|detail/models/hf_)")
     continue()
   endif()
   string(MAKE_C_IDENTIFIER "${_h}" _name)
@@ -109,8 +110,8 @@ foreach(_h IN LISTS _headers)
   execute_process(COMMAND "${CXX}" ${_flags} -fsyntax-only ${_prefix} "${_tu}"
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
   math(EXPR _checked "${_checked} + 1")
-  if(_h STREQUAL "peal/detail/angle_exact.hpp")
-    if(_rc EQUAL 0 OR NOT _out MATCHES "include <peal/detail/angle.hpp>, not detail/angle_exact.hpp")
+  if(_h STREQUAL "peal/detail/math/angle_exact.hpp")
+    if(_rc EQUAL 0 OR NOT _out MATCHES "include <peal/detail/math/angle.hpp>, not detail/math/angle_exact.hpp")
       string(APPEND _failed "\n${_h}: compiled alone, or failed without its own #error:\n${_out}")
     endif()
   elseif(NOT _rc EQUAL 0 OR NOT _out STREQUAL "")

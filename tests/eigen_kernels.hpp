@@ -69,7 +69,7 @@ using In = const_blas_data_mapper<S, Index, Order>;
   PEAL_TEST_EIGEN_KERNELS_OF(EXT, long double)
 
 // The decompositions, in double: the dense fallback's growth rate (generic_rate in
-// include/peal/detail/scores_coders.hpp: EigenSolver, through RealSchur) for the toy block and
+// include/peal/detail/coders/coders.hpp: EigenSolver, through RealSchur) for the toy block and
 // the dense encodings the tests run, and the references' condition numbers (JacobiSVD). Their
 // compute() members are defined outside their classes too; clang -ftime-trace put EigenSolver
 // at 10 of the 18 s of test_block_protocol.cpp's -O0 compile. Defined in

@@ -1,6 +1,6 @@
 // A minimal little-endian GGUF writer for the tests (tests/test_gguf_config.cpp) and the seed
 // corpus generator (tests/fuzz/gen_gguf_corpus.cpp): written from ggml/docs/gguf.md, byte by
-// byte, independently of include/peal/gguf_config.hpp. Values are appended raw, so a test can
+// byte, independently of include/peal/models/gguf_config.hpp. Values are appended raw, so a test can
 // also write malformed files (wrong types, absurd counts) through the low-level calls.
 // SparseBuf serves a file of any size (written bytes, then a fill byte) without the file, and
 // counts what the reader takes from it.

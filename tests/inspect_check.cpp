@@ -15,8 +15,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <peal/mrope.hpp>
-#include <peal/rope.hpp>
+#include <peal/presets/mrope.hpp>
+#include <peal/presets/rope.hpp>
 #include <sstream>
 #include <string>
 #include <vector>

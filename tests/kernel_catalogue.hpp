@@ -16,7 +16,7 @@
 #include <peal/bank.hpp>
 #include <peal/compiled.hpp>  // PEAL_COMPILED_LINEAR (declares nothing without PEAL_COMPILED)
 #include <peal/linear_attention.hpp>
-#include <peal/rope.hpp>
+#include <peal/presets/rope.hpp>
 #include <peal/rotation_block.hpp>
 #include <peal/scores.hpp>
 
@@ -26,17 +26,17 @@
 // Inputs read-only (the public calls pass detail::ro views), all of storage T; output To.
 // Linear attention: include/peal/compiled.hpp's PEAL_COMPILED_LINEAR, the same declaration.
 #define PEAL_TEST_SCORES(EXT, C, E, T, To)                                                   \
-  EXT template void peal::detail::scores_kernels::run_scores<C, E, const T, const T, To>(    \
+  EXT template void peal::detail::tiled::run_scores<C, E, const T, const T, To>(    \
       const E&, const peal::TensorView<const T>&, const peal::Positions&,                    \
       const peal::TensorView<const T>&, const peal::Positions&, const peal::TensorView<To>&, \
       const peal::ScoreOptions&);
 #define PEAL_TEST_ATTENTION(EXT, C, E, Tq, Tk, Tv, To)                                           \
   EXT template void                                                                              \
-  peal::detail::scores_kernels::run_attention<C, E, const Tq, const Tk, const Tv, To>(           \
+  peal::detail::tiled::run_attention<C, E, const Tq, const Tk, const Tv, To>(           \
       const E&, const peal::TensorView<const Tq>&, const peal::Positions&,                       \
       const peal::TensorView<const Tk>&, const peal::Positions&,                                 \
       const peal::TensorView<const Tv>&, const peal::TensorView<To>&, const peal::ScoreOptions&, \
-      const peal::detail::scores_kernels::SoftmaxOptions&, double*);
+      const peal::detail::tiled::SoftmaxOptions&, double*);
 namespace peal_test {
 namespace catalogue {
 using RotBank = peal::Bank<peal::RotationBlock<double>>;

@@ -145,7 +145,7 @@ Reference reference(const Problem<Fam>& p) {
 template <class Fam, class T = double>
 void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, std::uint64_t seed,
                            bool strided = false) {
-  using C = peal::detail::scores_kernels::arith_t<T, T>;
+  using C = peal::detail::tiled::arith_t<T, T>;
   auto pr = Problem<Fam>::make(sh, regime, seed);
   for (auto* v : {&pr.q, &pr.k, &pr.ds})
     for (double& x : *v) x = double(T(x));

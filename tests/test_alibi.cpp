@@ -1,4 +1,4 @@
-// ALiBi (include/peal/alibi.hpp) against tests/reference/preset_reference.hpp
+// ALiBi (include/peal/presets/alibi.hpp) against tests/reference/preset_reference.hpp
 // (docs/presets.md §8): slopes, the additive bias, and the exact Jordan construction
 // (docs/design.md §1), including why kernels rebase it at large positions.
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// Tests for detail/angle.hpp (reduction of (w_hi + w_lo) t mod 2π) and detail/sincos.hpp
+// Tests for detail/math/angle.hpp (reduction of (w_hi + w_lo) t mod 2π) and detail/math/sincos.hpp
 // (sin/cos of reduced angles, batched phases). Two independent references:
 //  - kTable: phases whose exact value was computed with mpmath at 2000 bits. Each frequency
 //    is w = RN64(ω) (ω exact: 1, 1e-6, 0.1, 2/3, 1/3, θ^(-2i/d) of RoPE with θ = 1e4, d = 128),
@@ -14,8 +14,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <peal/detail/angle.hpp>
-#include <peal/detail/sincos.hpp>
+#include <peal/detail/math/angle.hpp>
+#include <peal/detail/math/sincos.hpp>
 #include <random>
 #include <utility>
 #include <vector>
@@ -568,7 +568,7 @@ TEST_CASE("angles_sincos: awkward lengths, misaligned starts, both paths", "[sin
   }
 }
 
-// ===== Exact reduction of every finite phase (detail/angle_exact.hpp) ========================
+// ===== Exact reduction of every finite phase (detail/math/angle_exact.hpp) ========================
 // Independent references, none of which reads the library's table of 1/(2π):
 //  - Big: unsigned big integers. π·2^n from Machin's formula π = 16 atan(1/5) − 4 atan(1/239);
 //    the exact phase (w_hi + w_lo)·t, an integer times a power of two, reduced mod 2π by long

@@ -31,8 +31,8 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include <peal/detail/angle.hpp>
-#include <peal/detail/sincos.hpp>
+#include <peal/detail/math/angle.hpp>
+#include <peal/detail/math/sincos.hpp>
 
 namespace peal_test_nofma {
 

@@ -279,7 +279,8 @@ LD max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 template <class E>
 Index key_splits(const E& enc, const Problem& p, const AttentionOptions& opt, int threads,
                  bool tiles = false) {
-  namespace sk = peal::detail::scores_kernels;
+  namespace sk = peal::detail::tiled;
+namespace co = peal::detail::coders;
   std::vector<float> out(std::size_t(p.nq * p.Hq * p.dv));
   using Sink = sk::AttentionSink<float, const float, float>;
   sk::SoftmaxOptions sm;

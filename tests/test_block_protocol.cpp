@@ -28,7 +28,8 @@ using peal::Index;
 using peal::Positions;
 using peal::ScoreOptions;
 using peal_test::Tol;
-namespace sk = peal::detail::scores_kernels;
+namespace sk = peal::detail::tiled;
+namespace co = peal::detail::coders;
 using Toy = toy::ScaledRotation<double>;
 using ToyL = toy::ScaledRotation<long double>;
 
@@ -56,19 +57,19 @@ TEST_CASE("block protocol: a block with traits takes the tabulated scores path",
   // The traits-driven coder, not the per-row fallback; without traits, the fallback.
   STATIC_REQUIRE(peal::detail::has_block_traits<Toy>::value);
   STATIC_REQUIRE_FALSE(peal::detail::has_block_traits<toy::Untraited>::value);
-  STATIC_REQUIRE(std::is_same<sk::coder_t<float, Toy>, sk::FixedBlocksCoder<float, Toy>>::value);
-  STATIC_REQUIRE(std::is_same<sk::coder_t<double, peal::Bank<Toy>>,
-                              sk::FixedBlocksCoder<double, Toy>>::value);
-  STATIC_REQUIRE(std::is_same<sk::coder_t<float, toy::Untraited>,
-                              sk::FallbackCoder<float, toy::Untraited>>::value);
-  STATIC_REQUIRE(std::is_same<sk::coder_t<float, peal::Bank<toy::Untraited>>,
-                              sk::FallbackCoder<float, peal::Bank<toy::Untraited>>>::value);
+  STATIC_REQUIRE(std::is_same<co::coder_t<float, Toy>, co::FixedBlocksCoder<float, Toy>>::value);
+  STATIC_REQUIRE(std::is_same<co::coder_t<double, peal::Bank<Toy>>,
+                              co::FixedBlocksCoder<double, Toy>>::value);
+  STATIC_REQUIRE(std::is_same<co::coder_t<float, toy::Untraited>,
+                              co::FallbackCoder<float, toy::Untraited>>::value);
+  STATIC_REQUIRE(std::is_same<co::coder_t<float, peal::Bank<toy::Untraited>>,
+                              co::FallbackCoder<float, peal::Bank<toy::Untraited>>>::value);
   using Mix = peal::BlockDiagonal<peal::Bank<Toy>, peal::PassThrough<double>>;
-  STATIC_REQUIRE(std::is_same<typename sk::scores_split<float, Mix>::coder,
-                              sk::BlockDiagonalCoder<float, false, peal::Bank<Toy>,
+  STATIC_REQUIRE(std::is_same<typename co::scores_split<float, Mix>::coder,
+                              co::BlockDiagonalCoder<float, false, peal::Bank<Toy>,
                                                      peal::PassThrough<double>>>::value);
   // A rotation is not a Jordan chain: never evaluated per pair.
-  STATIC_REQUIRE_FALSE(sk::scores_split<float, Mix>::value);
+  STATIC_REQUIRE_FALSE(co::scores_split<float, Mix>::value);
   // encode reads the same coders (CoderKernel): the traits' table alone and in a Bank, the
   // encoding's own apply() per head without traits; a long double encoding keeps its
   // precision in the dense per-token kernel.
@@ -82,7 +83,7 @@ TEST_CASE("block protocol: a block with traits takes the tabulated scores path",
   STATIC_REQUIRE(std::is_same<ek::kernel_t<float, ToyL>, ek::DenseKernel<float, ToyL>>::value);
   // The traits the coder reads.
   const peal::Bank<Toy> bank(toy_blocks(4));
-  const sk::FixedBlocksCoder<double, Toy> coder(bank);
+  const co::FixedBlocksCoder<double, Toy> coder(bank);
   CHECK(coder.rate() == 0.006);
   CHECK(coder.degree() == 0);
   CHECK(coder.dim() == 8);

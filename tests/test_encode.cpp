@@ -713,7 +713,7 @@ static_assert(std::is_same<ek::kernel_t<float, peal::BasisChange<RopeD::encoding
 }  // namespace
 
 TEST_CASE("encode: RoPE at positions up to DBL_MAX (exact angle reduction)", "[encode][angle]") {
-  // The phase ω t is reduced exactly for every finite t (detail/angle_exact.hpp). Pair 0 of a
+  // The phase ω t is reduced exactly for every finite t (detail/math/angle_exact.hpp). Pair 0 of a
   // RoPE has ω = θ^0 = 1, so its rotation is (cos t, sin t), here against mpmath (200 digits);
   // the other pairs against the per-token API. Before, without FMA these positions gave NaN
   // (Dekker's split overflows) and with FMA wrong angles (0 rad at t = 1e100).

@@ -14,9 +14,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <peal/encode_backward.hpp>
-#include <peal/mrope.hpp>
+#include <peal/presets/mrope.hpp>
 #include <peal/per_head.hpp>
-#include <peal/vision_rope.hpp>
+#include <peal/presets/vision_rope.hpp>
 #include <random>
 #include <vector>
 

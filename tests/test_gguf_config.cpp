@@ -1,4 +1,4 @@
-// Reading RoPE configurations from GGUF files (include/peal/gguf_config.hpp). The files are
+// Reading RoPE configurations from GGUF files (include/peal/models/gguf_config.hpp). The files are
 // written byte by byte by tests/gguf_writer.hpp (from ggml/docs/gguf.md, independently of
 // the reader), with the keys llama.cpp's convert_hf_to_gguf.py writes for the models named;
 // sizes follow the published configs, tensors other than the RoPE ones are tiny stand-ins.
@@ -12,7 +12,7 @@
 #include <functional>
 #include <future>
 #include <istream>
-#include <peal/gguf_config.hpp>
+#include <peal/models/gguf_config.hpp>
 #include <peal/peal.hpp>
 #include <sstream>
 #include <string>

@@ -1,4 +1,4 @@
-// The model-level GGUF reader (model_positions_from_gguf, include/peal/gguf_config.hpp): files
+// The model-level GGUF reader (model_positions_from_gguf, include/peal/models/gguf_config.hpp): files
 // written byte by byte by tests/gguf_writer.hpp with the keys llama.cpp's converter writes for
 // the models named, checked layer by layer against what the config.json of the same model
 // gives (model_positions_from_hf, tests/test_model_positions.cpp). This TU needs no JSON, so
@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <peal/gguf_config.hpp>
-#include <peal/model_positions.hpp>
+#include <peal/models/gguf_config.hpp>
+#include <peal/models/model_positions.hpp>
 #include <string>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// Reading RoPE configurations from Hugging Face config.json files (include/peal/hf_config.hpp).
+// Reading RoPE configurations from Hugging Face config.json files (include/peal/models/hf_config.hpp).
 // The JSON below is written in the style of published model configs (keys, nesting, number
 // formats); the LongRoPE factor lists are synthetic (float32 values written as doubles, in the
 // shape of Phi-3's), not copies of a model's.
@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <peal/hf_config.hpp>
+#include <peal/models/hf_config.hpp>
 #include <peal/peal.hpp>
 #include <string>
 

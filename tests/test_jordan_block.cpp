@@ -1,5 +1,5 @@
 // JordanBlock and RotationJordanBlock hard cases by name: both sides of the switch between
-// direct and log-form evaluation of e^{lambda tau} tau^j / j! (detail/exp_poly.hpp), and
+// direct and log-form evaluation of e^{lambda tau} tau^j / j! (detail/math/exp_poly.hpp), and
 // results that are representable although e^{lambda tau} or tau^j / j! alone is not.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// detail/lu_inverse.hpp: LU with partial pivoting, the inverse from it and rcond, the pieces
+// detail/math/lu_inverse.hpp: LU with partial pivoting, the inverse from it and rcond, the pieces
 // BasisChange inverts P with. Each result against its derived bound (Higham, Accuracy and
 // Stability of Numerical Algorithms, 2nd ed.), with the computed factors, and the inverse
 // against Eigen's own PartialPivLU in long double (an independent implementation).
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <peal/basis_change.hpp>
-#include <peal/detail/lu_inverse.hpp>
+#include <peal/detail/math/lu_inverse.hpp>
 #include <peal/rotation_block.hpp>
 #include <random>
 #include <type_traits>

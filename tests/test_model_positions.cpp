@@ -1,4 +1,4 @@
-// The model-level reader (include/peal/model_positions.hpp, model_conventions.hpp and
+// The model-level reader (include/peal/models/model_positions.hpp, model_conventions.hpp and
 // model_positions_from_hf in hf_config.hpp): every layer of real config.json files
 // (tests/data/hf_configs/, sources in its SOURCES.md) against an independent transcription
 // of transformers' modeling and configuration code (tests/reference/hf_model_reference.hpp),
@@ -9,8 +9,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <peal/hf_config.hpp>
-#include <peal/model_positions.hpp>
+#include <peal/models/hf_config.hpp>
+#include <peal/models/model_positions.hpp>
 #include <set>
 #include <string>
 #include <vector>

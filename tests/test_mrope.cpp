@@ -1,11 +1,11 @@
-// M-RoPE (include/peal/mrope.hpp) against the independent long double references of
+// M-RoPE (include/peal/presets/mrope.hpp) against the independent long double references of
 // tests/reference/nd_reference.hpp (Qwen2-VL / Qwen2.5-VL sections, Qwen3-VL interleaved),
 // per token and through the batch kernels, float and double, small and large positions.
 // Tolerance per rotary pair (test_rope.cpp's error model): |x_j| (rotated_pair() +
 // reference_angle(|omega_j p_a|)), the reference's own rounding of the product p omega.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <peal/mrope.hpp>
+#include <peal/presets/mrope.hpp>
 #include <peal/peal.hpp>
 #include <random>
 #include <vector>

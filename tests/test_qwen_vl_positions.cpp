@@ -1,4 +1,4 @@
-// Qwen2-VL / Qwen2.5-VL / Qwen3-VL (t, h, w) position ids (include/peal/qwen_vl_positions.hpp).
+// Qwen2-VL / Qwen2.5-VL / Qwen3-VL (t, h, w) position ids (include/peal/models/qwen_vl_positions.hpp).
 // Three independent sources are compared:
 //   * ref_rope_index below: a transliteration of transformers' get_rope_index (4.5x,
 //     models/qwen2_vl/modeling_qwen2_vl.py Qwen2VLModel.get_rope_index, qwen2_5_vl's copy with
@@ -15,7 +15,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <peal/qwen_vl_positions.hpp>
+#include <peal/models/qwen_vl_positions.hpp>
 #include <string>
 #include <vector>
 

@@ -1,9 +1,9 @@
-// RoPE presets (include/peal/rope.hpp) against the independent long-double reference
+// RoPE presets (include/peal/presets/rope.hpp) against the independent long-double reference
 // tests/reference/preset_reference.hpp (docs/presets.md §1-7).
 //
 // Error model of the comparisons (per rotary pair, relative to the pair's norm |x_i|):
 //  * peal forms the angle omega_i p exactly and reduces it mod 2pi to 2^-57 rad
-//    (detail/angle.hpp), takes sin/cos in double and rounds them once to the storage type S;
+//    (detail/math/angle.hpp), takes sin/cos in double and rounds them once to the storage type S;
 //    the rotation x0 c - x1 s, x0 s + x1 c in S then costs <= (2 sqrt2 + 1) u |x_i| with
 //    u = eps_S / 2, i.e. ~1.9 eps_S ("~2 ulp"); the attention-factor multiply (scale_rotary)
 //    adds one more rounding u. Bound used: 4 eps_S.
@@ -699,8 +699,8 @@ TEST_CASE("rope: validation", "[rope][errors]") {
 TEST_CASE("rope: presets in the fused scores kernel, attention factor as scale or scale_rotary",
           "[rope][scores]") {
   static_assert(
-      std::is_same<peal::detail::scores_kernels::coder_t<float, peal::RopeEncoding<float>>,
-                   peal::detail::scores_kernels::coder_t<
+      std::is_same<peal::detail::coders::coder_t<float, peal::RopeEncoding<float>>,
+                   peal::detail::coders::coder_t<
                        float, peal::RopeEncoding<float>::encoding_type>>::value,
       "RopeEncoding must use the BlockDiagonal coder");
   // Full rotary (YaRN, Qwen2-style): HF's af on cos and sin == ScoreOptions::scale *= af^2.

@@ -93,7 +93,7 @@ TEST_CASE("Pure rotations: the factored score is translation invariant at 1.7e9"
 }
 
 // from_params (and so Bank::from_params) takes the stored pair (omega_hi, omega_lo); the
-// angle reduction (detail/angle.hpp) needs it normalised, |omega_lo| <= ulp(omega_hi)/2
+// angle reduction (detail/math/angle.hpp) needs it normalised, |omega_lo| <= ulp(omega_hi)/2
 // (what split() returns), so anything else is rejected. Both sides of the bound, for
 // several exponents, signs, hi = 0, hi = DBL_MAX, and the long double blocks.
 namespace {

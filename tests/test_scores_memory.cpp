@@ -166,7 +166,7 @@ TEST_CASE("scores: working memory of small calls is sized by the rows present",
 // attention() (include/peal/attention.hpp): no nq x nk matrix. Its working memory is the tile
 // driver's (per-thread arena and tables, sized by the tiles, the same for both calls compared
 // below, and by the query block, which grows with nq up to its cap of kBlockBytes = 1 MiB of
-// encoded queries (detail/tile_run.hpp), with the sink's O rows beside it: dv / d MiB more, and
+// encoded queries (detail/tiled/tile_run.hpp), with the sink's O rows beside it: dv / d MiB more, and
 // m, l: 16 bytes a row), the positions copied once (t, s: 8 bytes a token), the tile plans (a
 // few doubles per tile and per row of a regular tile) and, with key splits, one partial
 // (m, l, O) per split and output row. Checked:
@@ -255,7 +255,7 @@ TEST_CASE("linear_attention: working memory does not grow with n x n", "[linear]
 }
 
 // threads (ScoreOptions, AttentionOptions): any count up to INT_MAX is taken. The tile driver
-// (detail/tile_run.hpp) clamps it before its products (`4 * threads` overflowed int past
+// (detail/tiled/tile_run.hpp) clamps it before its products (`4 * threads` overflowed int past
 // 2^29: undefined behaviour, in practice a division by zero with 4 key heads), and results are
 // bitwise those of one thread whatever the count (docs/kernels-scores.md §2). With OpenMP the
 // prefill problem has work for 4 threads (2 x 8 x 256 x 256 x 32 flops, > 4 x 2^23) and units

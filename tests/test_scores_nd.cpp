@@ -8,9 +8,9 @@
 // rebasing); attention outputs by attention_out of that logit error.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <peal/mrope.hpp>
+#include <peal/presets/mrope.hpp>
 #include <peal/peal.hpp>
-#include <peal/vision_rope.hpp>
+#include <peal/presets/vision_rope.hpp>
 #include <random>
 #include <vector>
 

@@ -6,7 +6,7 @@
 // decays applied per pair.
 #include "scores_check.hpp"
 
-// ---- Polynomial parts per pair (detail/scores_poly.hpp) -------------------------------------
+// ---- Polynomial parts per pair (detail/coders/poly_parts.hpp) -------------------------------------
 //
 // In a BlockDiagonal, real JordanBlock<M ≥ 2> parts are evaluated per pair,
 // e^{λτ} Σ_m τ^m/m! Σ_a q_a k_{a+m}, and added to the tile before its GEMM. Tolerance: the
@@ -22,7 +22,8 @@
 // long double, whose error (~d 2^-64) is negligible at eps_C = 2^-23 (float) and 2^-52 (double).
 
 namespace {
-namespace sk = peal::detail::scores_kernels;
+namespace sk = peal::detail::tiled;
+namespace co = peal::detail::coders;
 
 template <class S>
 peal::Bank<peal::RotationBlock<S>> rot_bank(int pairs, peal::Layout layout, double a = 0.0) {
@@ -89,8 +90,8 @@ void jordan_suite(double eps_c) {
     const auto r3 = jordan3_mix<long double>(lambda);
     const auto e4 = jordan4_mix<double>(lambda);
     const auto r4 = jordan4_mix<long double>(lambda);
-    static_assert(sk::scores_split<float, std::remove_cv_t<decltype(e3)>>::value, "per pair");
-    static_assert(sk::scores_split<double, std::remove_cv_t<decltype(e4)>>::value, "per pair");
+    static_assert(co::scores_split<float, std::remove_cv_t<decltype(e3)>>::value, "per pair");
+    static_assert(co::scores_split<double, std::remove_cv_t<decltype(e4)>>::value, "per pair");
     // Near 0: 40 queries at the end of 61 keys (chunked prefill).
     jordan_variants<T>(e3, r3, 40, 61, Positions::sequence(21.0), Positions::sequence(0.0), eps_c,
                        -1, rng);
@@ -123,19 +124,19 @@ TEST_CASE("scores: JordanBlock<3>/<4> parts per pair in double, every option and
 TEST_CASE("scores: which encodings take the per-pair path; the others stay correct",
           "[scores][jordan]") {
   using J3 = decltype(jordan3_mix<double>(0.0));
-  STATIC_REQUIRE(sk::scores_split<float, J3>::value);
+  STATIC_REQUIRE(co::scores_split<float, J3>::value);
   STATIC_REQUIRE(
-      sk::scores_split<float, decltype(peal::compose(peal::JordanBlock<2, double>(0.0),
+      co::scores_split<float, decltype(peal::compose(peal::JordanBlock<2, double>(0.0),
                                                      peal::PassThrough<double>(2)))>::value);
   // A bare (or banked) Jordan block, a basis change around the composition, a composition
   // nested in another, complex Jordan blocks and JordanBlock<1>: through the GEMM.
-  STATIC_REQUIRE_FALSE(sk::scores_split<float, peal::JordanBlock<3, double>>::value);
-  STATIC_REQUIRE_FALSE(sk::scores_split<float, peal::Bank<peal::JordanBlock<3, double>>>::value);
-  STATIC_REQUIRE_FALSE(sk::scores_split<float, peal::BasisChange<J3>>::value);
+  STATIC_REQUIRE_FALSE(co::scores_split<float, peal::JordanBlock<3, double>>::value);
+  STATIC_REQUIRE_FALSE(co::scores_split<float, peal::Bank<peal::JordanBlock<3, double>>>::value);
+  STATIC_REQUIRE_FALSE(co::scores_split<float, peal::BasisChange<J3>>::value);
   STATIC_REQUIRE_FALSE(
-      sk::scores_split<float, peal::BlockDiagonal<J3, peal::PassThrough<double>>>::value);
+      co::scores_split<float, peal::BlockDiagonal<J3, peal::PassThrough<double>>>::value);
   STATIC_REQUIRE_FALSE(
-      sk::scores_split<
+      co::scores_split<
           float, peal::BlockDiagonal<peal::RotationJordanBlock<2>, peal::JordanBlock<1>>>::value);
 
   std::mt19937 rng(305);
@@ -332,10 +333,10 @@ TEST_CASE("scores: JordanBlock<3> at t ~ 1e6 in float is rebased; the global for
   std::mt19937 rng(1000000);
   const auto tq = Positions::sequence(1e6 + 24.0), tk = Positions::sequence(1e6);
   Case<float, decltype(enc)> c(enc, nq, nk, 1, 1, tq, tk, Layout::dense, Layout::dense, rng);
-  // The Jordan part of this composition is evaluated per pair (detail/scores_poly.hpp): no
+  // The Jordan part of this composition is evaluated per pair (detail/coders/poly_parts.hpp): no
   // polynomial amplification, ρ = 1, with default (256 x 512) tiles. (Through the GEMM, as a
   // bare JordanBlock<3> still is, float tiles are capped at (1 + 4h)^2 <= 2^12, h <= 15.75.)
-  static_assert(sk::scores_split<float, std::remove_cv_t<decltype(enc)>>::value, "per pair");
+  static_assert(co::scores_split<float, std::remove_cv_t<decltype(enc)>>::value, "per pair");
   ScoreOptions opt;
   opt.causal = true;
   c.run_and_check<float>(opt, 0, eps_f, 1.0);
@@ -409,7 +410,7 @@ TEST_CASE("scores: timestamps near 1.7e9 with irregular gaps on a decaying rotat
 
 // A preset is dispatched as the encoding it is (detail::has_encoding_type, encoding.hpp).
 namespace {
-namespace skd = peal::detail::scores_kernels;
+namespace skd = peal::detail::tiled;
 static_assert(std::is_same<skd::coder_t<float, peal::RopeEncoding<double>>,
                            skd::coder_t<float, peal::RopeEncoding<double>::encoding_type>>::value,
               "RopeEncoding must use its BlockDiagonal's coder");
@@ -418,7 +419,7 @@ static_assert(std::is_same<skd::coder_t<float, peal::RopeEncoding<double>>,
 TEST_CASE("scores: RoPE at positions near DBL_MAX agrees with the per-pair reference",
           "[scores][angle]") {
   // Pure rotations use anchor 0, so the kernel forms R(ω t) and R(ω s) at absolute positions
-  // up to 1e308; the reference forms R(ω (t − s)). Both reduce exactly (detail/angle_exact.hpp).
+  // up to 1e308; the reference forms R(ω (t − s)). Both reduce exactly (detail/math/angle_exact.hpp).
   // Pair 0 of the RoPE (coordinates 0 and 4, HalfSplit) has ω = 1: A(τ)_{0,0} = cos τ and
   // A(τ)_{0,4} = sin τ, here against mpmath. Before, without FMA the kernel gave NaN; with FMA
   // every huge angle came out near 0 rad, in the kernel and the reference alike.

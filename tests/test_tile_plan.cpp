@@ -1,4 +1,4 @@
-// The tile plan of the fused kernels (include/peal/detail/tile_plan.hpp): plan_tiles cuts a
+// The tile plan of the fused kernels (include/peal/detail/tiled/tile_plan.hpp): plan_tiles cuts a
 // sequence of positions into consecutive tiles of at most max_rows tokens whose positions
 // stay within h of the tile's anchor, and marks the tiles whose offsets from their anchor
 // equal the reference tile's ("regular": one coefficient table serves them all); plan_run
@@ -6,20 +6,20 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
-#include <peal/detail/tile_plan.hpp>
+#include <peal/detail/tiled/tile_plan.hpp>
 #include <random>
 #include <vector>
 
 namespace {
 
 using peal::Index;
-using peal::detail::scores_kernels::max_half_spread;
-using peal::detail::scores_kernels::plan_tiles;
-using peal::detail::scores_kernels::TilePlan;
-using peal::detail::scores_kernels::plan_run;
-using peal::detail::scores_kernels::rebase_limits;
-using peal::detail::scores_kernels::RunPlan;
-using peal::detail::scores_kernels::RunShape;
+using peal::detail::tiled::max_half_spread;
+using peal::detail::tiled::plan_tiles;
+using peal::detail::tiled::TilePlan;
+using peal::detail::tiled::plan_run;
+using peal::detail::tiled::rebase_limits;
+using peal::detail::tiled::RunPlan;
+using peal::detail::tiled::RunShape;
 
 // Every invariant the kernels rely on, checked from the definition.
 void check_plan(const std::vector<double>& t, Index max_rows, double h, const TilePlan& p) {
@@ -200,7 +200,7 @@ TEST_CASE("run plan: threads only for work worth them, counts bounded", "[tile_p
   Shape big(4096, 4096, 128, 8, 8);
   big.x.threads = std::numeric_limits<int>::max();  // counts as kMaxThreads, no overflow
   const RunPlan p = plan_run(big.x);
-  CHECK(p.threads <= peal::detail::scores_kernels::kMaxThreads);
+  CHECK(p.threads <= peal::detail::tiled::kMaxThreads);
   CHECK(p.threads > 1);
   check_run_plan(big.x, p);
   big.x.threads = 2;  // several blocks per head so that two threads share the units

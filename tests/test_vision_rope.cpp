@@ -1,11 +1,11 @@
-// ViT presets (include/peal/vision_rope.hpp) against tests/reference/nd_reference.hpp:
+// ViT presets (include/peal/presets/vision_rope.hpp) against tests/reference/nd_reference.hpp:
 // rope-vit axial and mixed, DINOv3 continuous coordinates; per token and batch kernels,
 // float and double; prefix tokens at the origin are not rotated. Tolerance per pair as in
 // test_mrope.cpp: |x_j| (rotated_pair() + reference_angle(|angle|)).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <peal/peal.hpp>
-#include <peal/vision_rope.hpp>
+#include <peal/presets/vision_rope.hpp>
 #include <random>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// xPos and RetNet presets (include/peal/xpos.hpp, include/peal/retnet.hpp) against
+// xPos and RetNet presets (include/peal/presets/xpos.hpp, include/peal/presets/retnet.hpp) against
 // tests/reference/preset_reference.hpp (docs/presets.md §9-10), and the numerical point of
 // docs/design.md §1: with growth/decay, the global factors F(t), G(s) leave the range of the
 // storage type at large positions, while scores through the lag t - s stay accurate.

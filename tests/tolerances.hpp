@@ -416,8 +416,8 @@ struct Tol {
   }
 };
 
-/// Absolute tolerances of the angle reduction (include/peal/detail/angle.hpp) and of sin/cos
-/// of reduced angles (include/peal/detail/sincos.hpp), in radians (tests/test_angle.cpp).
+/// Absolute tolerances of the angle reduction (include/peal/detail/math/angle.hpp) and of sin/cos
+/// of reduced angles (include/peal/detail/math/sincos.hpp), in radians (tests/test_angle.cpp).
 struct AngleTol {
   // reduced_angle: <= ulp(r)/2 + 2^-57 for |w t| <= 2^64, |r| < 4 so ulp(r)/2 <= 2^-52
   // (angle.hpp). Beyond 2^64 the turns path adds <= |w t| 2^-151; the tolerance doubles that.

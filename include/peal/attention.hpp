@@ -10,7 +10,7 @@
 //
 // The logits come from the same tiles, rebasing and coders as peal::scores (detail/
 // tile_run.hpp, the top of scores.hpp); each finished tile is folded into an online softmax
-// (detail/attention_sink.hpp, FlashAttention-2 style): no nq x nk matrix exists, working
+// (detail/tiled/attention_sink.hpp, FlashAttention-2 style): no nq x nk matrix exists, working
 // memory is bounded by the tile sizes. Decoding (few queries, a long cache) splits the key
 // tiles into ranges merged by log-sum-exp, so that one head still fills the threads.
 //
@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "block_diagonal.hpp"
-#include "detail/attention_sink.hpp"
 #include "detail/overlap.hpp"
 #include "detail/storage.hpp"
-#include "detail/tile_run.hpp"
+#include "detail/tiled/attention_sink.hpp"
+#include "detail/tiled/tile_run.hpp"
 #include "encode.hpp"
 #include "errors.hpp"
 #include "positions.hpp"
@@ -71,7 +71,7 @@ struct AttentionOptions {
 };
 
 namespace detail {
-namespace scores_kernels {
+namespace tiled {
 
 template <class E, class Tq, class Tk, class Tv, class To>
 void check_attention(const E& enc, const TensorView<Tq>& q, const Positions& tq,
@@ -138,7 +138,7 @@ void run_attention(const E& enc, const TensorView<Tq>& q, const Positions& tq,
   run.run();
 }
 
-}  // namespace scores_kernels
+}  // namespace tiled
 }  // namespace detail
 
 /// out[i,h,:] = Σ_j softmax_j(x_ij) v[j,h/G,:] with x_ij = cap(scale q^T A(t_i − s_j) k) −
@@ -155,7 +155,7 @@ template <class E, class Tq, class Tk, class Tv, class To>
 void attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
                const Positions& tk, TensorView<Tv> v, TensorView<To> out,
                const AttentionOptions& opt = {}) {
-  namespace sk = detail::scores_kernels;
+  namespace sk = detail::tiled;
   static_assert(sk::is_storage<std::remove_cv_t<Tq>>::value &&
                     sk::is_storage<std::remove_cv_t<Tk>>::value &&
                     sk::is_storage<std::remove_cv_t<Tv>>::value,
@@ -167,7 +167,7 @@ void attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<T
   sk::check_attention(enc, q, tq, k, tk, v, out, opt);
   using C = std::conditional_t<std::is_same<std::remove_cv_t<Tv>, double>::value, double,
                                sk::arith_t<Tq, Tk>>;
-  if (opt.keys_encoded && !sk::is_pure_rotation<C>(enc))
+  if (opt.keys_encoded && !detail::coders::is_pure_rotation<C>(enc))
     detail::fail(
         "attention: keys_encoded needs a pure rotation (every block a rotation with a = 0, no "
         "Jordan part): for this encoding G(s) = A(-s) grows like e^{rate |s|} or polynomially "

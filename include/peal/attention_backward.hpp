@@ -5,7 +5,7 @@
 // Given dO = ∂L/∂out and the forward's out and lse (AttentionOptions::lse):
 //   D_i = dO_i · out_i,  dV_j += Σ_i P_ij dO_i,  dP_ij = dO_i · v_j,  dx_ij = P_ij (dP_ij − D_i),
 //   W_ij = ∂L/∂(q_iᵀ A(τ) k_j) = dx_ij cap'(y_ij) scale,  cap'(y) = 1 − (cap(y) / c)²,
-// and W goes through the scores backward's driver (detail/backward_run.hpp: anchored tiles,
+// and W goes through the scores backward's driver (detail/tiled/backward_run.hpp: anchored tiles,
 // cross factors, the encode backward at relative positions) into dq, dk, ∂L/∂θ, ∂L/∂t, ∂L/∂s.
 // P is recomputed per tile pair from the same rebased rows (never stored: O(n d) memory).
 // The epilogue's own gradients: ∂L/∂m_h = −Σ dx_ij τ_ij (and −m_h Σ_j dx_ij to ∂L/∂t_i, the
@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "attention.hpp"
-#include "detail/backward_run.hpp"
 #include "detail/overlap.hpp"
+#include "detail/tiled/backward_run.hpp"
 #include "errors.hpp"
 #include "positions.hpp"
 #include "view.hpp"
@@ -57,7 +57,7 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
            const TensorView<Tdk>& dk, const TensorView<Tdv>& dv, const AttentionOptions& opt,
            const AttentionGradients<R>& g) {
   const std::string w = "attention_backward";
-  scores_kernels::check_attention(enc, q, tq, k, tk, v, out, opt);
+  tiled::check_attention(enc, q, tq, k, tk, v, out, opt);
   const Index nq = q.tokens(), nk = k.tokens(), Hq = q.heads();
   if (Index(lse.size()) != nq * Hq)
     fail(w + ": lse has " + std::to_string(lse.size()) + " entries, expected nq Hq = " +
@@ -82,7 +82,7 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
 }
 
 // Working memory of the epilogue, kept by the calling thread between calls (as the driver's,
-// detail/backward_run.hpp): dO and V in the arithmetic type C, dV, D and the tile's P, dP,
+// detail/tiled/backward_run.hpp): dO and V in the arithmetic type C, dV, D and the tile's P, dP,
 // cap'; positions in double.
 template <class C>
 struct Work {
@@ -95,7 +95,7 @@ struct Work {
   }
 };
 
-// The epilogue of attention (detail/backward_run.hpp): P recomputed from the raw score tile,
+// The epilogue of attention (detail/tiled/backward_run.hpp): P recomputed from the raw score tile,
 // dV, and W = scale cap' P (dP − D); the ALiBi and sink gradients.
 template <class C, class Tv, class To, class Tdo, class R>
 class Epilogue {
@@ -115,16 +115,16 @@ class Epilogue {
       for (Index h = 0; h < Hq_; ++h) {
         double dsum = 0;
         for (Index e = 0; e < dv_; ++e) {
-          const double a = scores_kernels::to_arith<double>(dout(i, h, e));
+          const double a = tiled::to_arith<double>(dout(i, h, e));
           w_.dout[std::size_t((i * Hq_ + h) * dv_ + e)] = C(a);
-          dsum += a * scores_kernels::to_arith<double>(out(i, h, e));
+          dsum += a * tiled::to_arith<double>(out(i, h, e));
         }
         w_.D[std::size_t(i * Hq_ + h)] = dsum;
       }
     for (Index j = 0; j < nk_; ++j)
       for (Index h = 0; h < Hk_; ++h)
         for (Index e = 0; e < dv_; ++e)
-          w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = scores_kernels::to_arith<C>(v(j, h, e));
+          w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = tiled::to_arith<C>(v(j, h, e));
     // Positions, and lse and D head-major, as contiguous arrays for the tile operations.
     br::at_least(w_.tcol, nq_), br::at_least(w_.srow, nk_);
     for (Index i = 0; i < nq_; ++i) w_.tcol[std::size_t(i)] = tq[i];
@@ -273,7 +273,7 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
   detail::encode_backward::require_derivatives<E>();
   using R = real_t<typename E::Scalar>;
   ab::check(enc, q, tq, k, tk, v, out, lse, d_out, dq, dk, dv, opt, grads);
-  if (opt.keys_encoded && !detail::scores_kernels::is_pure_rotation<double>(enc))
+  if (opt.keys_encoded && !detail::coders::is_pure_rotation<double>(enc))
     detail::fail("attention_backward: keys_encoded needs a pure rotation (as attention)");
   if (q.tokens() == 0 || q.heads() == 0) return;
   using V = TensorView<const std::remove_cv_t<Tv>>;
@@ -284,7 +284,7 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
   const DO dor = detail::ro(d_out);
   // The forward's arithmetic (attention.hpp): double if q, k or v stores double.
   using C = std::conditional_t<std::is_same<std::remove_cv_t<Tv>, double>::value, double,
-                               detail::scores_kernels::arith_t<Tq, Tk>>;
+                               detail::tiled::arith_t<Tq, Tk>>;
   using Epi = ab::Epilogue<C, const std::remove_cv_t<Tv>, const std::remove_cv_t<To>,
                            const std::remove_cv_t<Tdo>, R>;
   // The forward's scale (attention.hpp).

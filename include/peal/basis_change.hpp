@@ -9,7 +9,7 @@
 #include <limits>
 #include <utility>
 
-#include "detail/lu_inverse.hpp"
+#include "detail/math/lu_inverse.hpp"
 #include "encoding.hpp"
 
 namespace peal {
@@ -28,7 +28,7 @@ class BasisChange {
     detail::require(P_.rows() == n && P_.cols() == n,
                     "BasisChange: P must be square with the size of the encoding");
     detail::require(P_.allFinite(), "BasisChange: P has non-finite entries");
-    Scalar rcond;  // 1 / (||P||_1 ||P^{-1}||_1), from the inverse (detail/lu_inverse.hpp)
+    Scalar rcond;  // 1 / (||P||_1 ||P^{-1}||_1), from the inverse (detail/math/lu_inverse.hpp)
     Pinv_ = detail::lu_inverse(P_, rcond);
     detail::require(n == 0 || rcond > Scalar(n) * std::numeric_limits<Scalar>::epsilon(),
                     "BasisChange: P is singular or too ill-conditioned to invert");

@@ -1,7 +1,7 @@
 // peal::block_traits<B>: the facts a batch kernel needs about a fixed-size block type B
 // (A(τ) = exp(τX) with X of size dim x dim), stated once beside the block, in the spirit of
 // manif's `*_properties` (docs/design.md, "Adding a block type"). The fused scores kernel
-// (scores.hpp, detail/scores_coders.hpp) reads only these traits: a block type with a
+// (scores.hpp, detail/coders/coders.hpp) reads only these traits: a block type with a
 // specialisation, alone or in a Bank<B>, gets the tabulated fast path and table caching; a
 // type without one still works through the dense fallback (its apply(v, τ, transpose) per
 // row, rate and degree from its generator), never cached.
@@ -28,7 +28,7 @@
 //   static constexpr bool per_pair_polynomial;
 //       true only if A(τ) = e^{λτ} Σ_{j<dim} τ^j N^j / j! exactly, N the ones on the first
 //       superdiagonal (a real Jordan chain, dim >= 2): scores then evaluates this part per
-//       pair (detail/scores_poly.hpp) when it is a top-level part of a composition, instead
+//       pair (detail/coders/poly_parts.hpp) when it is a top-level part of a composition, instead
 //       of through the tiled product, whose polynomial terms cancel. Such traits also give
 //         static double lambda(const B& b);   the eigenvalue λ.
 //

@@ -23,8 +23,8 @@
 #include "bank.hpp"
 #include "encode.hpp"
 #include "linear_attention.hpp"
-#include "mrope.hpp"
-#include "rope.hpp"
+#include "presets/mrope.hpp"
+#include "presets/rope.hpp"
 #include "rotation_block.hpp"
 #include "scores.hpp"
 #include "scores_nd.hpp"
@@ -35,17 +35,17 @@
       const E&, peal::detail::encode_kernels::Mode, const peal::TensorView<const TS>&,        \
       const peal::TensorView<TD>&, const POS&);
 #define PEAL_COMPILED_SCORES(EXT, C, E, T)                                                   \
-  EXT template void peal::detail::scores_kernels::run_scores<C, E, const T, const T, C>(     \
+  EXT template void peal::detail::tiled::run_scores<C, E, const T, const T, C>(     \
       const E&, const peal::TensorView<const T>&, const peal::Positions&,                    \
       const peal::TensorView<const T>&, const peal::Positions&, const peal::TensorView<C>&,   \
       const peal::ScoreOptions&);
 #define PEAL_COMPILED_ATTENTION(EXT, C, E, Tq, Tk, Tv)                                       \
   EXT template void                                                                         \
-  peal::detail::scores_kernels::run_attention<C, E, const Tq, const Tk, const Tv, Tv>(       \
+  peal::detail::tiled::run_attention<C, E, const Tq, const Tk, const Tv, Tv>(       \
       const E&, const peal::TensorView<const Tq>&, const peal::Positions&,                   \
       const peal::TensorView<const Tk>&, const peal::Positions&,                             \
       const peal::TensorView<const Tv>&, const peal::TensorView<Tv>&,                         \
-      const peal::ScoreOptions&, const peal::detail::scores_kernels::SoftmaxOptions&, double*);
+      const peal::ScoreOptions&, const peal::detail::tiled::SoftmaxOptions&, double*);
 #define PEAL_COMPILED_LINEAR(EXT, C, E, T)                                                   \
   EXT template void peal::detail::linear::run_linear<C, E, const T, const T, const T, T>(    \
       const E&, const peal::TensorView<const T>&, const peal::Positions&,                    \

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "detail/compiler.hpp"
-#include "detail/sincos.hpp"
+#include "detail/math/sincos.hpp"
 #include "detail/storage.hpp"
 #include "parameters.hpp"
 
@@ -137,7 +137,7 @@ struct encoding_derivatives<Bank<B>, std::enable_if_t<detail::has_block_paramete
 
   // A bank of rotations in double (RoPE, xPos, RetNet): per pair i, over the heads,
   // S1 = Σ_h u₀v₀ + u₁v₁ and S2 = Σ_h u₀v₁ − u₁v₀; then with (c, s) of ω_i τ (one batched
-  // exact reduction, detail/sincos.hpp) and g = e^{a_i τ}:
+  // exact reduction, detail/math/sincos.hpp) and g = e^{a_i τ}:
   //   Σ_h uᵀ ∂A/∂ω v = τ g (c S2 − s S1),  Σ_h uᵀ ∂A/∂a v = τ g (c S1 + s S2),
   //   Σ_h uᵀ X A v = g (ω (c S2 − s S1) + a (c S1 + s S2)).
   static constexpr bool kRotations =

@@ -9,9 +9,9 @@
 #include <cmath>
 #include <type_traits>
 
-#include "errors.hpp"
-#include "detail/exp_poly.hpp"
+#include "detail/math/exp_poly.hpp"
 #include "detail/scalar.hpp"
+#include "errors.hpp"
 
 namespace peal {
 

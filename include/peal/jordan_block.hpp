@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "block_traits.hpp"
-#include "detail/exp_poly.hpp"
+#include "detail/math/exp_poly.hpp"
 #include "encoding.hpp"
 
 namespace peal {
@@ -91,7 +91,7 @@ class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
 
  private:
   // A coefficient beyond the range of S (or below it), or a result that overflowed: every
-  // term in scaled form, c_d x_j = (f_d x_j)·2^{e_d} (detail/exp_poly.hpp), summed without
+  // term in scaled form, c_d x_j = (f_d x_j)·2^{e_d} (detail/math/exp_poly.hpp), summed without
   // intermediate overflow and rounded once to S. Zero components contribute exactly 0.
   void past_range(const S* x, Real tau, bool transpose, S* y) const {
     for (int j = 0; j < M; ++j)

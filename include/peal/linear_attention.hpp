@@ -7,7 +7,7 @@
 // M(T) = Σ_{s_j ≤ T} γ^(T − s_j) A(T − s_j) k_j v_j^T the d x dv state (linear_state.hpp).
 // RetNet's retention is this with the rotation retnet_rotation(d) and decay = retnet_decays(H)
 // (retnet.hpp); GLA-style or state-space decays are RealBlock / RealBank parts; any generator
-// works, at real, irregular times. Three forms give the same result (detail/linear_run.hpp):
+// works, at real, irregular times. Three forms give the same result (detail/tiled/linear_run.hpp):
 // parallel (tiled like scores), chunkwise (pairs within chunks plus a state carried between
 // them, every factor relative to a chunk anchor: overflow-free with strong decays), recurrent
 // (token by token; LinearState). q [nq, Hq, d], k [nk, Hk, d], v [nk, Hk, dv], out [nq, Hq, dv];
@@ -19,9 +19,9 @@
 #include <string>
 #include <type_traits>
 
-#include "detail/linear_run.hpp"
 #include "detail/overlap.hpp"
 #include "detail/storage.hpp"
+#include "detail/tiled/linear_run.hpp"
 #include "errors.hpp"
 #include "linear_options.hpp"
 #include "linear_state.hpp"
@@ -48,7 +48,7 @@ template <class E, class Tq, class Tk, class Tv, class To>
 void check_linear(const E& enc, const TensorView<Tq>& q, const Positions& tq,
                   const TensorView<Tk>& k, const Positions& tk, const TensorView<Tv>& v,
                   const TensorView<To>& out, const LinearAttentionOptions& opt) {
-  namespace sk = scores_kernels;
+  namespace sk = tiled;
   const std::string w = "linear_attention";
   const Index d = Index(enc.dim()), Hq = q.heads(), Hk = k.heads();
   if (q.dim() != d || k.dim() != d)
@@ -88,7 +88,7 @@ void run_linear(const E& enc, const TensorView<Tq>& q, const Positions& tq, cons
     if (opt.form == LinearForm::chunkwise && opt.chunk == 0)
       fail("linear_attention: RetNet's chunkwise normalisation depends on the chunk size: give "
            "chunk (torchscale's recurrent_chunk_size)");
-    if (opt.form == LinearForm::chunkwise && !scores_kernels::is_pure_rotation<C>(enc))
+    if (opt.form == LinearForm::chunkwise && !coders::is_pure_rotation<C>(enc))
       fail("linear_attention: RetNet's chunkwise normalisation takes the 1-norm of the state in "
            "the absolute frame G(T) M, bounded only for a pure rotation (decays as the decay "
            "option, as retnet_rotation with retnet_decays)");
@@ -115,7 +115,7 @@ template <class E, class Tq, class Tk, class Tv, class To>
 void linear_attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
                       const Positions& tk, TensorView<Tv> v, TensorView<To> out,
                       const LinearAttentionOptions& opt = {}) {
-  namespace sk = detail::scores_kernels;
+  namespace sk = detail::tiled;
   static_assert(sk::is_storage<std::remove_cv_t<Tq>>::value &&
                     sk::is_storage<std::remove_cv_t<Tk>>::value &&
                     sk::is_storage<std::remove_cv_t<Tv>>::value,
@@ -142,7 +142,7 @@ template <class E, class Tq, class Tk, class Tv, class To, class C>
 void linear_attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
                       const Positions& tk, TensorView<Tv> v, TensorView<To> out,
                       const LinearAttentionOptions& opt, LinearState<E, C>& state) {
-  namespace sk = detail::scores_kernels;
+  namespace sk = detail::tiled;
   static_assert(sk::is_storage<To>::value && !std::is_const<To>::value,
                 "peal::linear_attention: out must be a writable view");
   detail::linear::check_linear(enc, q, tq, k, tk, v, out, opt);

@@ -7,7 +7,7 @@
 // any generator, at real times. The state is held relative to its own time T (never F(t) or
 // G(s) at an absolute time), so gaps of 10^6 and times near 1.7e9 cost only the rounding of
 // the differences; with decays every factor is ≤ 1. Storage and coordinates:
-// detail/linear_ops.hpp. One state per key head, or per query head when per-head decays are
+// detail/tiled/linear_ops.hpp. One state per key head, or per query head when per-head decays are
 // given (the heads of a group then decay differently).
 //
 // Decoding a pure rotation (RoPE-style; a scalar decay allowed): step() switches the state to
@@ -32,8 +32,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "detail/linear_ops.hpp"
 #include "detail/overlap.hpp"
+#include "detail/tiled/linear_ops.hpp"
 #include "errors.hpp"
 #include "linear_options.hpp"
 #include "view.hpp"

@@ -2,7 +2,7 @@
 // ring attention, a cache spread over processes or machines). Each slice's partial result,
 // out_p and lse_p from peal::attention on that slice's keys (AttentionOptions::lse), is
 // merged into the result over the whole cache by the log-sum-exp rule that attention's own
-// key splits use (include/peal/detail/attention_sink.hpp, finish()):
+// key splits use (include/peal/detail/tiled/attention_sink.hpp, finish()):
 //
 //     M = max_p lse_p,   w_p = e^(lse_p − M),   L = Σ_p w_p  (+ e^(σ_h − M) with a sink),
 //     out = Σ_p w_p out_p / L,   lse = M + ln L,

@@ -32,7 +32,7 @@
 #include "multi_axis.hpp"
 #include "pass_through.hpp"
 #include "per_head.hpp"
-#include "rope.hpp"
+#include "presets/rope.hpp"
 
 namespace peal {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "block_traits.hpp"
-#include "detail/exp_poly.hpp"
+#include "detail/math/exp_poly.hpp"
 #include "encoding.hpp"
 
 namespace peal {

@@ -4,8 +4,8 @@
 // (Su et al. 2021). a < 0 is the decaying rotation of xPos/RetNet (docs/design.md §1).
 //
 // The frequency is kept as an unevaluated sum omega_hi + omega_lo (two doubles for float
-// and double blocks; detail/frequency.hpp, shared with RotationJordanBlock) and the angle
-// omega*tau is formed exactly and reduced mod 2pi in detail/angle.hpp, so sin/cos stay
+// and double blocks; detail/math/frequency.hpp, shared with RotationJordanBlock) and the angle
+// omega*tau is formed exactly and reduced mod 2pi in detail/math/angle.hpp, so sin/cos stay
 // accurate to ~1e-15 at |tau| = 2^40 and beyond (docs/numerics.md, "Angles").
 #pragma once
 
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "block_traits.hpp"
-#include "detail/exp_poly.hpp"
-#include "detail/frequency.hpp"
-#include "detail/sincos.hpp"
+#include "detail/math/exp_poly.hpp"
+#include "detail/math/frequency.hpp"
+#include "detail/math/sincos.hpp"
 #include "encoding.hpp"
 
 namespace peal {
@@ -101,12 +101,12 @@ class RotationBlock : public Encoding<RotationBlock<S>, S> {
   }
 
  private:
-  detail::Frequency<Real> omega_;  // omega_hi + omega_lo (detail/frequency.hpp)
+  detail::Frequency<Real> omega_;  // omega_hi + omega_lo (detail/math/frequency.hpp)
   Real a_ = 0;
 };
 
 // Batch-kernel facts (block_traits.hpp): A(δ) = e^{aδ} [[c, s], [−s, c]], (c, s) of ωδ with
-// the exact angle reduction (detail/sincos.hpp). Trainable: ω (long double, all its bits)
+// the exact angle reduction (detail/math/sincos.hpp). Trainable: ω (long double, all its bits)
 // and a.
 template <class S>
 struct block_traits<RotationBlock<S>> : block_traits_base<RotationBlock<S>> {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "block_traits.hpp"
-#include "detail/exp_poly.hpp"
-#include "detail/frequency.hpp"
-#include "detail/sincos.hpp"
+#include "detail/math/exp_poly.hpp"
+#include "detail/math/frequency.hpp"
+#include "detail/math/sincos.hpp"
 #include "encoding.hpp"
 
 namespace peal {
@@ -158,7 +158,7 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
   }
 
  private:
-  detail::Frequency<Real> omega_;  // omega_hi + omega_lo (detail/frequency.hpp)
+  detail::Frequency<Real> omega_;  // omega_hi + omega_lo (detail/math/frequency.hpp)
   Real a_ = 0;
 };
 

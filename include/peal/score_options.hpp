@@ -1,4 +1,4 @@
-// Options of peal::scores() (scores.hpp); the fused kernels' driver (detail/tile_run.hpp)
+// Options of peal::scores() (scores.hpp); the fused kernels' driver (detail/tiled/tile_run.hpp)
 // reads them too.
 #pragma once
 

@@ -39,7 +39,7 @@
 // kPairDecaySplit times as many) is applied per pair in the epilogue instead,
 // exp(ln γ (t_i − s_j)) in double (docs/kernels-scores.md §4).
 //
-// Polynomial parts (detail/scores_poly.hpp): the real JordanBlock<M ≥ 2> parts of a
+// Polynomial parts (detail/coders/poly_parts.hpp): the real JordanBlock<M ≥ 2> parts of a
 // BlockDiagonal are left out of the GEMM (their coordinates of the encoded rows are zero)
 // and evaluated per pair, e^{λτ} Σ_m τ^m/m! Σ_a q_{i,a} k_{j,a+m}, into each tile before its
 // GEMM accumulates into it. Every term is bounded by |q| ‖A(τ)‖ |k|, so their chain length
@@ -47,7 +47,7 @@
 //
 // Arithmetic: double if q or k stores double, float otherwise (float, Eigen::half,
 // Eigen::bfloat16 storage). Positions and parameters are doubles; angles are reduced exactly
-// (detail/angle.hpp). With OpenMP, (query block, key head) units run on `threads` threads;
+// (detail/math/angle.hpp). With OpenMP, (query block, key head) units run on `threads` threads;
 // results do not depend on the thread count.
 #pragma once
 
@@ -61,8 +61,8 @@
 
 #include "detail/overlap.hpp"
 #include "detail/storage.hpp"
-#include "detail/scores_sink.hpp"
-#include "detail/tile_run.hpp"
+#include "detail/tiled/scores_sink.hpp"
+#include "detail/tiled/tile_run.hpp"
 #include "errors.hpp"
 #include "positions.hpp"
 #include "score_options.hpp"
@@ -70,7 +70,7 @@
 
 namespace peal {
 namespace detail {
-namespace scores_kernels {
+namespace tiled {
 
 /// The scores driver: TileRun with its sink (the sink is built before the run that uses it).
 template <class Out>
@@ -164,7 +164,7 @@ void check_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
   check_position_span(tq, q.tokens(), tk, k.tokens(), w);
 }
 
-}  // namespace scores_kernels
+}  // namespace tiled
 }  // namespace detail
 
 /// The plain per-pair form of scores(): out[h][i][j] from enc.score(q, t_i, k, s_j) (the
@@ -173,7 +173,7 @@ void check_scores(const E& enc, const TensorView<Tq>& q, const Positions& tq,
 template <class E, class Tq, class Tk, class Out>
 void scores_reference(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
                       const Positions& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {
-  namespace sk = detail::scores_kernels;
+  namespace sk = detail::tiled;
   static_assert(std::is_same<Out, float>::value || std::is_same<Out, double>::value,
                 "peal::scores_reference: out must be a writable view of float or double");
   sk::check_scores(enc, q, tq, k, tk, out, opt, "scores_reference");
@@ -207,7 +207,7 @@ void scores_reference(const E& enc, TensorView<Tq> q, const Positions& tq, Tenso
 template <class E, class Tq, class Tk, class Out>
 void scores(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
             const Positions& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {
-  namespace sk = detail::scores_kernels;
+  namespace sk = detail::tiled;
   static_assert(
       sk::is_storage<std::remove_cv_t<Tq>>::value && sk::is_storage<std::remove_cv_t<Tk>>::value,
       "peal::scores: q and k must store float, double, Eigen::half or Eigen::bfloat16");

@@ -10,7 +10,7 @@
 // backward is the one of a product in the encoded frame followed by the encode backward of
 // each side (encode_backward.hpp) — but, as in the forward, never at absolute time when A(τ)
 // grows or decays: the positions are cut into tiles of half-spread h around anchors T_I, S_J
-// (the forward's plan, detail/tile_plan.hpp: ρ h ≤ θ_exp, (1 + 4h)^p ≤ P in double), and
+// (the forward's plan, detail/tiled/tile_plan.hpp: ρ h ≤ θ_exp, (1 + 4h)^p ≤ P in double), and
 //   q̂_i = F(t_i − T_I) q_i,   k̂_j = G(s_j − S_J) k_j,   S_ij = scale γ^τ q̂_iᵀ A_X(Δ) k̂_j,
 // Δ = T_I − S_J, where A_X is the encoding's A (F(a)ᵀ = A(a), G(b) = A(−b)), or for a basis
 // change its inner encoding's (F(a)ᵀ = P A_J(a), G(b) = A_J(−b) P⁻¹). With W = dS ∘ scale γ^τ:
@@ -23,7 +23,7 @@
 //   ∂L/∂t_i += Σ_j (W_ij ln γ_h R_ij − m_h dS_ij),  ∂L/∂s_j −= the same terms.
 // A_X(Δ) is formed once per tile pair as a dense d x d matrix and applied to the key tile's
 // rows by a GEMM (d / n_I of the pair's work). The driver (tiles, cross factors, encode
-// backward) is detail/backward_run.hpp. Arithmetic: the forward's, double if q or k stores
+// backward) is detail/tiled/backward_run.hpp. Arithmetic: the forward's, double if q or k stores
 // double, float otherwise (products by Eigen's GEMM; the rows are converted to that type
 // before the encode backward, whose rotation-bank pair sums need one storage type); positions,
 // anchors, the decay factors and the parameter gradients in double. One thread,
@@ -36,8 +36,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "detail/backward_run.hpp"
 #include "detail/overlap.hpp"
+#include "detail/tiled/backward_run.hpp"
 #include "errors.hpp"
 #include "positions.hpp"
 #include "score_options.hpp"
@@ -66,14 +66,14 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
   const std::string w = "scores_backward";
   const Index nq = q.tokens(), nk = k.tokens(), Hq = q.heads();
   if (ds.tokens() != Hq || ds.heads() != nq || ds.dim() != nk)
-    fail(w + ": d_scores is " + scores_kernels::extents(ds.tokens(), ds.heads(), ds.dim()) +
-         ", expected [Hq, nq, nk] = " + scores_kernels::extents(Hq, nq, nk));
+    fail(w + ": d_scores is " + tiled::extents(ds.tokens(), ds.heads(), ds.dim()) +
+         ", expected [Hq, nq, nk] = " + tiled::extents(Hq, nq, nk));
   auto disjoint = [&](const auto& a, const auto& b, const char* what) {
     if (!a.empty() && !b.empty() && may_overlap(a, b)) fail(w + ": " + what);
   };
   disjoint(ds, q, "d_scores overlaps q");
   disjoint(ds, k, "d_scores overlaps k");
-  scores_kernels::check_scores(enc, q, tq, k, tk, ds, opt, "scores_backward");
+  tiled::check_scores(enc, q, tq, k, tk, ds, opt, "scores_backward");
   namespace br = backward_run;
   br::check_output(w, dq, "dq", q, "q", std::make_pair(&q, "q"), std::make_pair(&k, "k"),
                    std::make_pair(&ds, "d_scores"), std::make_pair(&dk, "dk"));
@@ -86,7 +86,7 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
   br::check_head_option(w, g.decay, opt.decay, Hq, "decay");
 }
 
-// The epilogue of scores (detail/backward_run.hpp): W_ij = dS_ij scale γ_h^τ, 0 where masked;
+// The epilogue of scores (detail/tiled/backward_run.hpp): W_ij = dS_ij scale γ_h^τ, 0 where masked;
 // the ALiBi and decay gradients and their share of the position gradients.
 template <class C, class Td, class R>
 class ScoresEpilogue {
@@ -113,7 +113,7 @@ class ScoresEpilogue {
           continue;
         }
         const double f = lg == 0 ? opt_.scale : opt_.scale * std::exp(lg * (t - s));
-        W(r, c) = C(f * scores_kernels::to_arith<double>(ds_(h, ib + r, jb + c)));
+        W(r, c) = C(f * tiled::to_arith<double>(ds_(h, ib + r, jb + c)));
       }
     }
     if (!want_raw_ && !want_bias_) return;
@@ -137,7 +137,7 @@ class ScoresEpilogue {
       for (Index c = 0; c < nj; ++c) {
         const double s = tk_[jb + c];
         if (opt_.causal && s > t) continue;
-        const double tau = t - s, dsv = scores_kernels::to_arith<double>(ds_(h, ib + r, jb + c));
+        const double tau = t - s, dsv = tiled::to_arith<double>(ds_(h, ib + r, jb + c));
         double p = -m * dsv;
         dm -= dsv * tau;
         if (want_raw_) {
@@ -190,7 +190,7 @@ void scores_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Tensor
   const auto kr = detail::ro(k);
   const auto dr = detail::ro(d_scores);
   using Rd = const std::remove_cv_t<Td>;
-  using C = detail::scores_kernels::arith_t<Tq, Tk>;  // the forward's arithmetic
+  using C = detail::tiled::arith_t<Tq, Tk>;  // the forward's arithmetic
   sb::ScoresEpilogue<C, Rd, R> epi(dr, tq, tk, opt, grads);
   const detail::backward_run::Targets<R> targets{grads.parameters, grads.query_positions,
                                                  grads.key_positions, false};

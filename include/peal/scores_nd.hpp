@@ -43,7 +43,7 @@ struct AxisFacts {
   double rate = 0;
   bool polynomial = false;
   explicit AxisFacts(const E& axis) {
-    using split = scores_kernels::scores_split<C, E>;
+    using split = coders::scores_split<C, E>;
     const typename split::coder coder(axis);
     rate = coder.rate();
     polynomial = split::poly::active || coder.degree() > 0;
@@ -144,7 +144,7 @@ template <class E, class Tq, class Tk, class Out>
 void scores(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView<Tk> k,
             const PositionsND& pk, TensorView<Out> out, const ScoreOptions& opt = {}) {
   namespace sn = detail::scores_nd;
-  using C = detail::scores_kernels::arith_t<Tq, Tk>;
+  using C = detail::tiled::arith_t<Tq, Tk>;
   if (!opt.alibi_slopes.empty() || !opt.decay.empty())
     detail::fail("scores: ALiBi slopes and decays need scalar positions, not N-D points");
   if (q.dim() != Index(enc.dim()) || k.dim() != Index(enc.dim()))
@@ -166,7 +166,7 @@ void attention(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView
                AttentionOptions opt = {}) {
   namespace sn = detail::scores_nd;
   using C = std::conditional_t<std::is_same<std::remove_cv_t<Tv>, double>::value, double,
-                               detail::scores_kernels::arith_t<Tq, Tk>>;
+                               detail::tiled::arith_t<Tq, Tk>>;
   if (!opt.alibi_slopes.empty())
     detail::fail("attention: ALiBi slopes need scalar positions, not N-D points");
   if (q.dim() != Index(enc.dim()) || k.dim() != Index(enc.dim()))

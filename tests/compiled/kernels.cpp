@@ -80,7 +80,7 @@ void one_d(const E& enc, Index n, Index Hq, Index Hk, std::mt19937_64& rng,
                   peal::make_view<const T>(v.data(), n, Hk, d), peal::make_view(out.data(), n, Hq, d),
                   opt);
   emit(out);
-  if (!peal::detail::scores_kernels::is_pure_rotation<C>(enc)) return;
+  if (!peal::detail::coders::is_pure_rotation<C>(enc)) return;
   peal::encode_keys(enc, peal::make_view(k.data(), n, Hk, d), peal::Positions(tk));
   peal::shift_keys(enc, peal::make_view(k.data(), n, Hk, d), 7.25);
   peal::shift_keys(enc, peal::make_view(k.data(), n, Hk, d), -7.25);

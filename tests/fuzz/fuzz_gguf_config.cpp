@@ -1,5 +1,5 @@
-// libFuzzer target over GGUF reading (include/peal/gguf.hpp, the file format) and its mapping
-// to a RopeConfig (include/peal/gguf_config.hpp), run by scripts/fuzz.sh; the seed corpus
+// libFuzzer target over GGUF reading (include/peal/models/gguf.hpp, the file format) and its mapping
+// to a RopeConfig (include/peal/models/gguf_config.hpp), run by scripts/fuzz.sh; the seed corpus
 // tests/fuzz/corpus_gguf_config/ is written by tests/fuzz/gen_gguf_corpus.cpp, and is
 // replayed without libFuzzer by tests/fuzz/replay_main.cpp (ctest fuzz_gguf_corpus_replay):
 //
@@ -25,7 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <peal/gguf_config.hpp>
+#include <peal/models/gguf_config.hpp>
 #include <peal/peal.hpp>
 #include <sstream>
 #include <string>

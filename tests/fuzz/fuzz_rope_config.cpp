@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <peal/encode.hpp>
-#include <peal/hf_config.hpp>
+#include <peal/models/hf_config.hpp>
 #include <peal/peal.hpp>
 #include <vector>
 

@@ -3,7 +3,7 @@
 // use their non-template functions; a non-inline definition in any peal header makes this
 // fail to link (multiple definition), and differing results would mean differing definitions.
 #include <peal/encode.hpp>
-#include <peal/gguf_config.hpp>
+#include <peal/models/gguf_config.hpp>
 #include <peal/peal.hpp>
 #include <peal/scores.hpp>
 
@@ -15,7 +15,7 @@ double peal_odr_a() {
   return enc.A(3.0).sum() + peal::detail::reduced_angle(1.0, 0.0, 10.0) +
          double(peal::coordinate(peal::Layout::HalfSplit, 4, 2, 1, 1)) +
          peal::detail::encode_kernels::exp_kernel(0.5) +
-         peal::detail::scores_kernels::max_half_spread(0.01, 2, 11.0, 4096.0) +
+         peal::detail::tiled::max_half_spread(0.01, 2, 11.0, 4096.0) +
          double(peal::gguf_rope_type("llama") == peal::GgufRopeType::Norm) +
          double(peal::detail::gguf::min_size(peal::GgufType::Array));
 }

@@ -1,7 +1,7 @@
 // peal::scores, peal::attention and peal::linear_attention called concurrently from two std::threads on shared const
 // inputs, each into its own output, must give bitwise the single-threaded result: the
 // kernels' mutable state (the thread-local arena and table cache of the tile driver,
-// include/peal/detail/tile_run.hpp and detail/arena.hpp) must not be shared between callers. Built with -fsanitize=thread by scripts/tsan.sh (data races halt it
+// include/peal/detail/tiled/tile_run.hpp and detail/tiled/arena.hpp) must not be shared between callers. Built with -fsanitize=thread by scripts/tsan.sh (data races halt it
 // there) and without it as the ctest concurrent_scores (bitwise comparison only).
 //
 // Encodings: RoPE (pure rotation: no rebasing), and an xPos-like decaying rotation bank

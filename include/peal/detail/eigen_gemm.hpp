@@ -1,7 +1,7 @@
 // The one adaptor between peal and Eigen's internal namespace (Eigen::internal): the blocked
-// GEMM kernel, its packing workspace and blocking heuristic (used by detail/tile_run.hpp and
-// detail/attention_sink.hpp), and the
-// packet primitives of the per-pair polynomial epilogue (detail/scores_poly.hpp). No other
+// GEMM kernel, its packing workspace and blocking heuristic (used by detail/tiled/tile_run.hpp and
+// detail/tiled/attention_sink.hpp), and the
+// packet primitives of the per-pair polynomial epilogue (detail/coders/poly_parts.hpp). No other
 // peal header names Eigen::internal; a change of Eigen touches this file only.
 //
 // Written against Eigen 3.4 (3.4.0). On an Eigen upgrade, check (Eigen/src/Core/products/
@@ -92,7 +92,7 @@ inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* 
 }
 
 /// res (m x n, order ResOrder) += alpha A B, with A m x k and B k x n, both row-major (the
-/// P V product of attention, detail/attention_sink.hpp).
+/// P V product of attention, detail/tiled/attention_sink.hpp).
 template <class C, int ResOrder>
 inline void gemm_ab(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
                     Index ldr, C alpha, level3_blocking<C>& blocking) {
@@ -115,7 +115,7 @@ inline void gemm_ab(Index m, Index n, Index k, const C* a, Index lda, const C* b
 }
 
 /// res (m x n, row-major) += alpha A^T B, with A k x m and B k x n, both row-major (the
-/// state update M += V^T K of linear attention, detail/linear_ops.hpp): A^T is read as a
+/// state update M += V^T K of linear attention, detail/tiled/linear_ops.hpp): A^T is read as a
 /// column-major operand, without a transposed copy.
 template <class C>
 inline void gemm_atb(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
