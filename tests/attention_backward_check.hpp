@@ -25,7 +25,12 @@ using MLD = peal::Matrix<LD>;
 using VLD = peal::Vector<LD>;
 using peal::Index;
 using peal::TensorView;
+using peal_test::derivative_check::head_of;
+using peal_test::derivative_check::head_offset;
+using peal_test::derivative_check::heads_kappa2;
+using peal_test::derivative_check::heads_xmax;
 using peal_test::derivative_check::kappa2;
+using peal_test::derivative_check::PerHeadFam;
 using peal_test::derivative_check::check_all;
 using peal_test::derivative_check::max_abs;
 
@@ -91,13 +96,13 @@ struct Problem {
   bool masked(LD t, LD s) const { return (sh.causal && s > t) || !(t - s < LD(sh.window)); }
 
   void reference() {
-    const int G = sh.Hq / sh.Hk, P = peal::parameter_count(enc), dvn = sh.dv;
-    const LD scale = LD(*opt.scale), c = LD(sh.softcap), k2 = kappa2(twin);
-    const LD xn = max_abs(MLD(twin.generator())) * d;
+    const int G = sh.Hq / sh.Hk, dvn = sh.dv;
+    const LD scale = LD(*opt.scale), c = LD(sh.softcap), k2 = heads_kappa2(twin, sh.Hq);
+    const LD xn = heads_xmax(twin, sh.Hq) * d;
     for (auto* x : {&dq, &mq}) x->assign(q.size(), 0);
     for (auto* x : {&dk, &mk}) x->assign(k.size(), 0);
     for (auto* x : {&dv, &mv}) x->assign(v.size(), 0);
-    for (auto* x : {&dth, &mth}) x->assign(std::size_t(P), 0);
+    for (auto* x : {&dth, &mth}) x->assign(std::size_t(peal::parameter_count(enc)), 0);
     for (auto* x : {&dt, &mt}) x->assign(std::size_t(sh.nq), 0);
     for (auto* x : {&ds, &ms}) x->assign(std::size_t(sh.nk), 0);
     for (auto* x : {&dm, &mm, &dsink, &msink}) x->assign(std::size_t(sh.Hq), 0);
@@ -105,6 +110,8 @@ struct Problem {
     lse.assign(std::size_t(sh.nq * sh.Hq), 0.0);
     for (int i = 0; i < sh.nq; ++i)
       for (int h = 0; h < sh.Hq; ++h) {
+        const auto& tw = head_of(twin, h);  // head h's encoding (one for all, or a PerHead's)
+        const int off = head_offset(twin, h), P = peal::parameter_count(tw);
         const int kh = h / G;
         const LD t = LD(tq[std::size_t(i)]);
         const LD m = sh.alibi ? LD(opt.alibi_slopes[std::size_t(h)]) : 0;
@@ -115,7 +122,7 @@ struct Problem {
           const LD s = LD(tk[std::size_t(j)]);
           if (masked(t, s)) continue;
           const VLD kv = row(k, j, kh, sh.Hk, d);
-          raw[std::size_t(j)] = qv.dot(MLD(twin.A(t - s)) * kv);  // = (F(t) q)ᵀ (G(s) k)
+          raw[std::size_t(j)] = qv.dot(MLD(tw.A(t - s)) * kv);  // = (F(t) q)ᵀ (G(s) k)
           y[std::size_t(j)] = scale * raw[std::size_t(j)];
           x[std::size_t(j)] = (c > 0 ? c * std::tanh(y[std::size_t(j)] / c) : y[std::size_t(j)]) -
                               m * (t - s);
@@ -147,7 +154,7 @@ struct Problem {
           const LD xc = c > 0 ? c * std::tanh(y[std::size_t(j)] / c) : 0;
           const LD w = dx * (c > 0 ? 1 - (xc / c) * (xc / c) : 1) * scale;
           // The logit's error δ (rel · scale M, rel applied by the caller) reaches W through P.
-          const MLD A = twin.A(tau);
+          const MLD A = tw.A(tau);
           const LD Mij = qv.cwiseAbs().sum() * max_abs(A) * k2 * kv.cwiseAbs().sum();
           const LD wmag = std::abs(w) + scale * pj * (std::abs(dP) + std::abs(D)) * scale * Mij;
           for (int e = 0; e < dvn; ++e) {
@@ -157,7 +164,7 @@ struct Problem {
           }
           // dk: of k, or with keys_encoded of the stored row G(s) k: F(t) q per unit of w.
           const VLD ak = A * kv,
-                    atq = sh.keys_encoded ? VLD(MLD(twin.F(t)) * qv) : VLD(A.transpose() * qv);
+                    atq = sh.keys_encoded ? VLD(MLD(tw.F(t)) * qv) : VLD(A.transpose() * qv);
           for (int e = 0; e < d; ++e) {
             dq[std::size_t((i * sh.Hq + h) * d + e)] += w * ak(e);
             mq[std::size_t((i * sh.Hq + h) * d + e)] += wmag * max_abs(A) * k2 * kv.cwiseAbs().sum();
@@ -169,22 +176,22 @@ struct Problem {
           mm[std::size_t(h)] += (std::abs(dx) + pj * (std::abs(dP) + std::abs(D)) * scale * Mij) *
                                 std::abs(tau);
           if (sh.keys_encoded) {  // θ and t through F(t) q only: qᵀ ∂A(t) (G(s) k)
-            const std::vector<MLD> dA = peal::dA(twin, t);
-            const VLD gk = MLD(twin.G(s)) * kv;
+            const std::vector<MLD> dA = peal::dA(tw, t);
+            const VLD gk = MLD(tw.G(s)) * kv;
             for (int x2 = 0; x2 < P; ++x2) {
-              dth[std::size_t(x2)] += w * qv.dot(dA[std::size_t(x2)] * gk);
-              mth[std::size_t(x2)] += mag * (1 + std::abs(t));
+              dth[std::size_t(off + x2)] += w * qv.dot(dA[std::size_t(x2)] * gk);
+              mth[std::size_t(off + x2)] += mag * (1 + std::abs(t));
             }
-            const LD dpos = w * qv.dot(peal::dA_dtau(twin, t) * gk) - m * dx;
+            const LD dpos = w * qv.dot(peal::dA_dtau(tw, t) * gk) - m * dx;
             dt[std::size_t(i)] += dpos, mt[std::size_t(i)] += mag * (1 + xn) + std::abs(m * dx);
             ds[std::size_t(j)] += m * dx, ms[std::size_t(j)] += std::abs(m * dx);
           } else {
-            const std::vector<MLD> dA = peal::dA(twin, tau);
+            const std::vector<MLD> dA = peal::dA(tw, tau);
             for (int x2 = 0; x2 < P; ++x2) {
-              dth[std::size_t(x2)] += w * qv.dot(dA[std::size_t(x2)] * kv);
-              mth[std::size_t(x2)] += mag * (1 + std::abs(tau));
+              dth[std::size_t(off + x2)] += w * qv.dot(dA[std::size_t(x2)] * kv);
+              mth[std::size_t(off + x2)] += mag * (1 + std::abs(tau));
             }
-            const LD dpos = w * qv.dot(peal::dA_dtau(twin, tau) * kv) - m * dx;
+            const LD dpos = w * qv.dot(peal::dA_dtau(tw, tau) * kv) - m * dx;
             dt[std::size_t(i)] += dpos, mt[std::size_t(i)] += mag * (1 + xn) + std::abs(m * dx);
             ds[std::size_t(j)] -= dpos, ms[std::size_t(j)] += mag * (1 + xn) + std::abs(m * dx);
           }
@@ -233,7 +240,7 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
   LD pmax = 0;
   for (double t : c.tq) pmax = std::max(pmax, std::abs(LD(t)));
   for (double s : c.tk) pmax = std::max(pmax, std::abs(LD(s)));
-  const LD xn = max_abs(MLD(c.twin.generator())) * d;
+  const LD xn = heads_xmax(c.twin, sh.Hq) * d;
   const LD rho = Tol<C>::score_rho(p, Tol<C>::poly_half_spread(p),
                                    Tol<C>::poly_half_spread(p));
   // The arithmetic's error in C, the positions' and anchors' in double (as scores backward).

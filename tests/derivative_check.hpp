@@ -50,6 +50,54 @@ LD kappa2(const peal::BasisChange<I>& b) {
   return k * k;
 }
 
+// Query head h's encoding and where its parameters start in the layout of parameters(enc):
+// a PerHead's head h after the heads before it ("head[h]."), any other encoding itself at 0.
+template <class E>
+const E& head_of(const E& e, int) {
+  return e;
+}
+template <class E>
+const E& head_of(const peal::PerHead<E>& e, int h) {
+  return e.head(h);
+}
+template <class E>
+int head_offset(const E&, int) {
+  return 0;
+}
+template <class E>
+int head_offset(const peal::PerHead<E>& e, int h) {
+  int o = 0;
+  for (int i = 0; i < h; ++i) o += peal::parameter_count(e.head(i));
+  return o;
+}
+// The bounds' sizes over every head: (‖P‖∞ ‖P⁻¹‖∞)² and max |X|.
+template <class E>
+LD heads_kappa2(const E& e, int heads) {
+  LD k = 0;
+  for (int h = 0; h < heads; ++h) k = std::max(k, kappa2(head_of(e, h)));
+  return k;
+}
+template <class E>
+LD heads_xmax(const E& e, int heads) {
+  LD x = 0;
+  for (int h = 0; h < heads; ++h) x = std::max(x, max_abs(MLD(head_of(e, h).generator())));
+  return x;
+}
+
+/// PerHead of H encodings of a family, drawn one after the other (head h: the family's h-th
+/// draw), for the backward kernels' per-head overloads.
+template <class Fam, int H>
+struct PerHeadFam {
+  static constexpr const char* name = "PerHead";
+  template <class S>
+  static auto build(Draw& d) {
+    using E = decltype(Fam::template build<S>(d));
+    std::vector<E> heads;
+    for (int h = 0; h < H; ++h) heads.push_back(Fam::template build<S>(d));
+    return peal::PerHead<E>(std::move(heads));
+  }
+};
+
 // D(h) = (8 (f(h) − f(−h)) − (f(2h) − f(−2h))) / 12h for f(δ) = A at the perturbed argument.
 template <class F>
 MLD stencil(F&& f, LD h) {

@@ -24,7 +24,12 @@ using MLD = peal::Matrix<LD>;
 using VLD = peal::Vector<LD>;
 using peal::Index;
 using peal::TensorView;
+using peal_test::derivative_check::head_of;
+using peal_test::derivative_check::head_offset;
+using peal_test::derivative_check::heads_kappa2;
+using peal_test::derivative_check::heads_xmax;
 using peal_test::derivative_check::kappa2;
+using peal_test::derivative_check::PerHeadFam;
 using peal_test::derivative_check::check_all;
 using peal_test::derivative_check::max_abs;
 
@@ -97,15 +102,19 @@ Reference reference(const Problem<Fam>& p) {
   for (auto* v : {&r.dt, &r.mt}) zeros(*v, std::size_t(sh.nq));
   for (auto* v : {&r.ds, &r.ms}) zeros(*v, std::size_t(sh.nk));
   for (auto* v : {&r.dm, &r.mm, &r.dg, &r.mg}) zeros(*v, std::size_t(sh.Hq));
-  const LD k2 = kappa2(p.twin), xn = max_abs(MLD(p.twin.generator())) * d;
+  const LD k2 = heads_kappa2(p.twin, sh.Hq), xn = heads_xmax(p.twin, sh.Hq) * d;
   for (int i = 0; i < sh.nq; ++i)
     for (int j = 0; j < sh.nk; ++j) {
       const LD t = LD(p.tq[std::size_t(i)]), s = LD(p.tk[std::size_t(j)]), tau = t - s;
       if (sh.causal && s > t) continue;
-      const MLD A = p.twin.A(tau), XA = peal::dA_dtau(p.twin, tau);
-      const std::vector<MLD> dA = peal::dA(p.twin, tau);
-      const LD an = max_abs(A) * k2;
-      for (int h = 0; h < sh.Hq; ++h) {
+      const void* at = nullptr;  // the encoding A, XA and dA were formed for
+      MLD A, XA;
+      std::vector<MLD> dA;
+      for (int h = 0; h < sh.Hq; ++h) {  // head h's encoding (one for all, or a PerHead's)
+        const auto& tw = head_of(p.twin, h);
+        const int off = head_offset(p.twin, h), Ph = peal::parameter_count(tw);
+        if (at != &tw) A = tw.A(tau), XA = peal::dA_dtau(tw, tau), dA = peal::dA(tw, tau), at = &tw;
+        const LD an = max_abs(A) * k2;
         const int kh = h / G;
         const LD gamma = sh.decay ? LD(p.opt.decay[std::size_t(h)]) : 1;
         const LD m = sh.alibi ? LD(p.opt.alibi_slopes[std::size_t(h)]) : 0;
@@ -121,9 +130,9 @@ Reference reference(const Problem<Fam>& p) {
           r.dk[std::size_t((j * sh.Hk + kh) * d + e)] += w * atq(e);
           r.mk[std::size_t((j * sh.Hk + kh) * d + e)] += std::abs(w) * an * qv.cwiseAbs().sum();
         }
-        for (int x = 0; x < P; ++x) {
-          r.dtheta[std::size_t(x)] += w * qv.dot(dA[std::size_t(x)] * kv);
-          r.mtheta[std::size_t(x)] += mag * (1 + std::abs(tau));
+        for (int x = 0; x < Ph; ++x) {
+          r.dtheta[std::size_t(off + x)] += w * qv.dot(dA[std::size_t(x)] * kv);
+          r.mtheta[std::size_t(off + x)] += mag * (1 + std::abs(tau));
         }
         const LD dpos = w * (xr + std::log(gamma) * raw) - m * dsv;
         const LD mpos = mag * (1 + xn) + std::abs(m * dsv) + std::abs(w * std::log(gamma) * raw);
@@ -172,7 +181,7 @@ void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, st
   LD pmax = 0;
   for (double t : pr.tq) pmax = std::max(pmax, std::abs(LD(t)));
   for (double s : pr.tk) pmax = std::max(pmax, std::abs(LD(s)));
-  const LD xn = max_abs(MLD(pr.twin.generator())) * d;
+  const LD xn = heads_xmax(pr.twin, sh.Hq) * d;
   // The arithmetic's error in C (the rebasing budget of C's tiles), the positions' and
   // anchors' in double.
   const LD rho = Tol<C>::score_rho(p, Tol<C>::poly_half_spread(p), Tol<C>::poly_half_spread(p));

@@ -46,6 +46,15 @@ TEST_CASE("attention backward: a block type peal does not know",
   check_attention_backward<ToyFam>(small, Regime::Random, 0, 16);
 }
 
+TEST_CASE("attention backward: one encoding per query head (PerHead)", "[attention_backward]") {
+  // Four heads with their own parameters over two key heads: each head's lse column, ALiBi
+  // slope and sink, parameters in its block of the layout, dk and dv summed over each group;
+  // strided views too.
+  const Shape wide{6, 9, 4, 2, 5, 0, 3000, true, 1500, 0, true, true, false};
+  check_attention_backward<PerHeadFam<MixedFam, 4>>(wide, Regime::Large, 2, 23);
+  check_attention_backward<PerHeadFam<MixedFam, 4>>(wide, Regime::Large, 2, 24, true);
+}
+
 TEST_CASE("attention backward: bad input throws and writes nothing", "[attention_backward]") {
   const Shape sh{3, 4, 2, 1, 2, 0, 10, true, kNone, 0, false, true, false};
   auto c = Problem<MixedFam>::make(sh, Regime::Random, 9);

@@ -16,6 +16,7 @@
 // arithmetic type C (float for float storage, with float's rebasing budget): the
 // fused score's (2 (d + 16) ρ + extra) ε with the rebasing amplification ρ of the Jordan chains,
 // the lag and angle terms phase(x), and N roundings of the sums (docs/kernels-scores.md §3).
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "scores_backward_check.hpp"
@@ -43,6 +44,36 @@ TEST_CASE("scores backward: a block type peal does not know", "[scores_backward]
   check_scores_backward<ToyFam>(wide, Regime::Large, 0, false, 12);
   const Shape causal{7, 9, 2, 1, -3, 3, true, true, false};
   check_scores_backward<ToyFam>(causal, Regime::Random, 0, false, 13);
+}
+
+TEST_CASE("scores backward: one encoding per query head (PerHead)", "[scores_backward]") {
+  // Four heads with their own parameters over two key heads: each head's parameters in its
+  // block of the layout ("head[h]."), dk summed over the two query heads of its group, each
+  // head's ALiBi slope and decay; strided views too.
+  const Shape wide{6, 8, 4, 2, 0, 3000, false, true, true};
+  check_scores_backward<PerHeadFam<MixedFam, 4>>(wide, Regime::Large, 2, false, 21);
+  const Shape causal{7, 9, 4, 2, -3, 3, true, true, false};
+  check_scores_backward<PerHeadFam<MixedFam, 4>>(causal, Regime::Random, 2, false, 22, true);
+  // Query heads that are not the encoding's heads, a parameter gradient of the wrong size:
+  // thrown before head 0 writes anything.
+  auto pr = Problem<PerHeadFam<MixedFam, 4>>::make(causal, Regime::Random, 25);
+  const auto three = peal::PerHead<typename decltype(pr.enc)::HeadEncoding>(
+      {pr.enc.head(0), pr.enc.head(1), pr.enc.head(2)});
+  const int d = pr.d, P = peal::parameter_count(pr.enc);
+  std::vector<double> dq(pr.q.size(), 7.0), dk(pr.k.size(), 7.0), gp(std::size_t(P), 0.0),
+      short_gp(std::size_t(P - 1), 0.0);
+  const TensorView<const double> qv(pr.q.data(), 7, 4, d), kv(pr.k.data(), 9, 2, d),
+      dsv(pr.ds.data(), 4, 7, 9);
+  const TensorView<double> dqv(dq.data(), 7, 4, d), dkv(dk.data(), 9, 2, d);
+  const peal::Positions tq(pr.tq), tk(pr.tk);
+  CHECK_THROWS_WITH(peal::scores_backward(three, qv, tq, kv, tk, dsv, dqv, dkv, pr.opt, {&gp}),
+                    Catch::Contains("q has 4 heads, the per-head encoding 3"));
+  CHECK_THROWS_WITH(peal::scores_backward(pr.enc, qv, tq, kv, tk, dsv, dqv, dkv, pr.opt,
+                                          {&short_gp}),
+                    Catch::Contains("parameter"));
+  CHECK(std::all_of(dq.begin(), dq.end(), [](double x) { return x == 7.0; }));
+  CHECK(std::all_of(dk.begin(), dk.end(), [](double x) { return x == 7.0; }));
+  CHECK(std::all_of(gp.begin(), gp.end(), [](double x) { return x == 0.0; }));
 }
 
 TEST_CASE("scores backward: bad input throws and writes nothing", "[scores_backward]") {

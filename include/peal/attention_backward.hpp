@@ -14,8 +14,9 @@
 // With keys_encoded (keys stored as G(s) k, pure rotations only) dk is the gradient of those
 // stored rows, and the keys add nothing to θ or s. Arithmetic: the forward's (double if q, k
 // or v stores double, float otherwise); positions, D and the gradients of the slopes, sinks
-// and parameters in double. One thread, deterministic. Not yet: PerHead and N-D points, threads
-// (docs/gradients.md §5).
+// and parameters in double. One thread, deterministic. PerHead (one encoding per query head):
+// each head's backward on its slices, below. Not yet: N-D points, threads (docs/gradients.md
+// §5).
 #pragma once
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include "detail/tiled/backward_run.hpp"
 #include "errors.hpp"
 #include "positions.hpp"
+#include "scores_backward.hpp"
 #include "view.hpp"
 
 namespace peal {
@@ -304,6 +306,78 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
         for (Index e = 0; e < q.dim(); ++e) dq(i, h, e) = detail::from_arith<std::remove_cv_t<Tdq>>(0.0);
   }
   epi.finish(dv);
+}
+
+namespace detail {
+namespace per_head {
+
+template <class E, class Tq, class Tk, class Tv, class To, class Tdo, class Tdq, class Tdk,
+          class Tdv, class R>
+void attention_backward(const PerHead<E>& enc, const TensorView<Tq>& q, const Positions& tq,
+                        const TensorView<Tk>& k, const Positions& tk, const TensorView<Tv>& v,
+                        const TensorView<To>& out, const std::vector<double>& lse,
+                        const TensorView<Tdo>& dout, const TensorView<Tdq>& dq,
+                        const TensorView<Tdk>& dk, const TensorView<Tdv>& dv,
+                        const AttentionOptions& opt, const AttentionGradients<R>& g) {
+  const char* w = "attention_backward";
+  const Index hq = q.heads(), nq = q.tokens(), G = group_size(enc, hq, k.heads(), w);
+  attention_backward::check(enc, q, tq, k, tk, v, out, lse, dout, dq, dk, dv, opt, g);
+  for (int h = 0; h < enc.heads() && opt.keys_encoded; ++h)  // every head, before any writes
+    if (!coders::is_pure_rotation<double>(enc.head(h)))
+      fail("attention_backward: keys_encoded needs a pure rotation (as attention); head " +
+           std::to_string(h) + " is not one");
+  GroupScratch<Tdk> dk_scratch(dk, G);
+  GroupScratch<Tdv> dv_scratch(dv, G);
+  HeadGradients<R> params;
+  HeadGradients<double> slopes, sinks;
+  std::vector<double> lse_h(static_cast<std::size_t>(nq));
+  std::size_t offset = 0;
+  for (Index h = 0; h < hq; ++h) {
+    const E& e = enc.head(int(h));
+    const std::size_t n = std::size_t(parameter_count(e));
+    AttentionOptions o = opt;
+    o.alibi_slopes = pick(opt.alibi_slopes, h, hq, w, "alibi_slopes");
+    o.sinks = pick(opt.sinks, h, hq, w, "sinks");
+    o.lse = nullptr;
+    for (Index i = 0; i < nq; ++i) lse_h[std::size_t(i)] = lse[std::size_t(i * hq + h)];
+    const AttentionGradients<R> gh{params.parameters(g.parameters, n), g.query_positions,
+                                   g.key_positions, slopes.entry(g.alibi_slopes),
+                                   sinks.entry(g.sinks)};
+    const bool first = h % G == 0;
+    const Index kh = h / G;
+    peal::attention_backward(e, slice(q, h), tq, slice(k, kh), tk, slice(v, kh), slice(out, h),
+                             lse_h, slice(dout, h), slice(dq, h),
+                             first ? slice(dk, kh) : dk_scratch.view,
+                             first ? slice(dv, kh) : dv_scratch.view, o, gh);
+    if (!first && !dk.empty()) add_slice(dk, kh, dk_scratch.view);
+    if (!first && !dv.empty()) add_slice(dv, kh, dv_scratch.view);
+    if (g.parameters)
+      for (std::size_t x = 0; x < n; ++x) (*g.parameters)[offset + x] += params.part[x];
+    if (g.alibi_slopes) (*g.alibi_slopes)[std::size_t(h)] += slopes.one[0];
+    if (g.sinks) (*g.sinks)[std::size_t(h)] += sinks.one[0];
+    offset += n;
+  }
+}
+
+}  // namespace per_head
+}  // namespace detail
+
+/// attention_backward with one encoding per query head (per_head.hpp): the contract of the
+/// function above, head h's backward on head h's slices (its lse column, ALiBi slope and sink),
+/// dk and dv summed over the query heads of each key head's group; the parameter gradient in
+/// the layout of parameters(enc) ("head[h].").
+template <class E, class Tq, class Tk, class Tv, class To, class Tdo, class Tdq, class Tdk,
+          class Tdv>
+void attention_backward(const PerHead<E>& enc, TensorView<Tq> q, const Positions& tq,
+                        TensorView<Tk> k, const Positions& tk, TensorView<Tv> v,
+                        TensorView<To> out, const std::vector<double>& lse,
+                        TensorView<Tdo> d_out, TensorView<Tdq> dq, TensorView<Tdk> dk,
+                        TensorView<Tdv> dv, const AttentionOptions& opt = {},
+                        AttentionGradients<real_t<typename E::Scalar>> grads = {}) {
+  detail::encode_backward::require_derivatives<E>();
+  detail::per_head::attention_backward(enc, detail::ro(q), tq, detail::ro(k), tk, detail::ro(v),
+                                       detail::ro(out), lse, detail::ro(d_out), dq, dk, dv, opt,
+                                       grads);
 }
 
 }  // namespace peal

@@ -27,7 +27,8 @@
 // double, float otherwise (products by Eigen's GEMM; the rows are converted to that type
 // before the encode backward, whose rotation-bank pair sums need one storage type); positions,
 // anchors, the decay factors and the parameter gradients in double. One thread,
-// deterministic. Not yet: PerHead and N-D points, threads (docs/gradients.md §5).
+// deterministic. PerHead (one encoding per query head): each head's backward on its slices,
+// below. Not yet: N-D points, threads (docs/gradients.md §5).
 #pragma once
 
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include "detail/overlap.hpp"
 #include "detail/tiled/backward_run.hpp"
 #include "errors.hpp"
+#include "per_head.hpp"
 #include "positions.hpp"
 #include "score_options.hpp"
 #include "scores.hpp"
@@ -198,6 +200,91 @@ void scores_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Tensor
                             R, sb::ScoresEpilogue<C, Rd, R>>
       run(enc, qr, tq, kr, tk, dq, dk, targets, epi);
   run.run();
+}
+
+namespace detail {
+namespace per_head {
+
+// Key head kh's gradient is the sum over the query heads of its group: the group's first head
+// writes it, the others write `scratch` and add it (in the order of the heads: deterministic;
+// the sum in the storage type of dk). The epilogue's per-head gradients come back one entry
+// at a time.
+template <class T>
+void add_slice(const TensorView<T>& to, Index kh, const TensorView<T>& from) {
+  for (Index j = 0; j < to.tokens(); ++j)
+    for (Index e = 0; e < to.dim(); ++e) to(j, kh, e) = T(to(j, kh, e) + from(j, 0, e));
+}
+template <class T>
+struct GroupScratch {  // [tokens, 1, dim], only when a group has more than one query head
+  GroupScratch(const TensorView<T>& v, Index group)
+      : data(group > 1 && !v.empty() ? std::size_t(v.tokens() * v.dim()) : 0),
+        view(data.data(), data.empty() ? 0 : v.tokens(), 1, data.empty() ? 0 : v.dim()) {}
+  std::vector<std::remove_cv_t<T>> data;
+  TensorView<T> view;
+};
+template <class R>
+struct HeadGradients {  // head h's share of a gradient laid out over every head
+  std::vector<R> part;
+  std::vector<double> one = std::vector<double>(1);
+  // parameters: head h's block [offset, offset + n) of the layout of parameters(enc).
+  std::vector<R>* parameters(std::vector<R>* all, std::size_t n) {
+    if (!all) return nullptr;
+    part.assign(n, R(0));
+    return &part;
+  }
+  std::vector<double>* entry(std::vector<double>* all) {
+    one[0] = 0;
+    return all ? &one : nullptr;
+  }
+};
+
+template <class E, class Tq, class Tk, class Td, class Tdq, class Tdk, class R>
+void scores_backward(const PerHead<E>& enc, const TensorView<Tq>& q, const Positions& tq,
+                     const TensorView<Tk>& k, const Positions& tk, const TensorView<Td>& ds,
+                     const TensorView<Tdq>& dq, const TensorView<Tdk>& dk,
+                     const ScoreOptions& opt, const ScoresGradients<R>& g) {
+  const Index hq = q.heads(), G = group_size(enc, hq, k.heads(), "scores_backward");
+  scores_backward::check(enc, q, tq, k, tk, ds, dq, dk, opt, g);  // whole views, first
+  GroupScratch<Tdk> scratch(dk, G);
+  HeadGradients<R> params;
+  HeadGradients<double> slopes, decays;
+  std::size_t offset = 0;
+  for (Index h = 0; h < hq; ++h) {
+    const E& e = enc.head(int(h));
+    const std::size_t n = std::size_t(parameter_count(e));
+    ScoreOptions o = opt;
+    o.alibi_slopes = pick(opt.alibi_slopes, h, hq, "scores_backward", "alibi_slopes");
+    o.decay = pick(opt.decay, h, hq, "scores_backward", "decay");
+    const ScoresGradients<R> gh{params.parameters(g.parameters, n), g.query_positions,
+                                g.key_positions, slopes.entry(g.alibi_slopes),
+                                decays.entry(g.decay)};
+    const bool first = h % G == 0;
+    peal::scores_backward(e, slice(q, h), tq, slice(k, h / G), tk, out_slice(ds, h),
+                          slice(dq, h), first ? slice(dk, h / G) : scratch.view, o, gh);
+    if (!first && !dk.empty()) add_slice(dk, h / G, scratch.view);
+    if (g.parameters)
+      for (std::size_t x = 0; x < n; ++x) (*g.parameters)[offset + x] += params.part[x];
+    if (g.alibi_slopes) (*g.alibi_slopes)[std::size_t(h)] += slopes.one[0];
+    if (g.decay) (*g.decay)[std::size_t(h)] += decays.one[0];
+    offset += n;
+  }
+}
+
+}  // namespace per_head
+}  // namespace detail
+
+/// scores_backward with one encoding per query head (per_head.hpp): the contract of the
+/// function above, head h's backward on head h's slices (its ALiBi slope and decay), dk summed
+/// over the query heads of each key head's group; the parameter gradient in the layout of
+/// parameters(enc) ("head[h].").
+template <class E, class Tq, class Tk, class Td, class Tdq, class Tdk>
+void scores_backward(const PerHead<E>& enc, TensorView<Tq> q, const Positions& tq,
+                     TensorView<Tk> k, const Positions& tk, TensorView<Td> d_scores,
+                     TensorView<Tdq> dq, TensorView<Tdk> dk, const ScoreOptions& opt = {},
+                     ScoresGradients<real_t<typename E::Scalar>> grads = {}) {
+  detail::encode_backward::require_derivatives<E>();
+  detail::per_head::scores_backward(enc, detail::ro(q), tq, detail::ro(k), tk,
+                                    detail::ro(d_scores), dq, dk, opt, grads);
 }
 
 }  // namespace peal
