@@ -16,6 +16,7 @@
 // relative factor rel of the scores backward. Bounds are Σ over pairs of those magnitudes,
 // plus Tol<C>::flushed() absolute: weights P below C's normal range (e^-700 and less in double
 // over 3000 positions of a growing composition) flush to 0.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "attention_backward_check.hpp"
@@ -53,6 +54,22 @@ TEST_CASE("attention backward: one encoding per query head (PerHead)", "[attenti
   const Shape wide{6, 9, 4, 2, 5, 0, 3000, true, 1500, 0, true, true, false};
   check_attention_backward<PerHeadFam<MixedFam, 4>>(wide, Regime::Large, 2, 23);
   check_attention_backward<PerHeadFam<MixedFam, 4>>(wide, Regime::Large, 2, 24, true);
+}
+
+TEST_CASE("attention backward: no queries, no gradient", "[attention_backward]") {
+  // No queries: dk and dv are 0 (written, not left as they were).
+  const Shape sh{3, 4, 2, 1, 2, 0, 10, true, kNone, 0, false, false, false};
+  auto c = Problem<MixedFam>::make(sh, Regime::Random, 27);
+  std::vector<double> dk(c.k.size(), 7.0), dv(c.v.size(), 7.0), none_lse, none_pos;
+  peal::attention_backward(c.enc, TensorView<const double>(c.q.data(), 0, 2, c.d),
+                           peal::Positions(none_pos), TensorView<const double>(c.k.data(), 4, 1, c.d),
+                           peal::Positions(c.tk), TensorView<const double>(c.v.data(), 4, 1, 2),
+                           TensorView<const double>(c.out.data(), 0, 2, 2), none_lse,
+                           TensorView<const double>(c.dout.data(), 0, 2, 2), TensorView<double>(),
+                           TensorView<double>(dk.data(), 4, 1, c.d),
+                           TensorView<double>(dv.data(), 4, 1, 2), c.opt);
+  CHECK(std::all_of(dk.begin(), dk.end(), [](double x) { return x == 0.0; }));
+  CHECK(std::all_of(dv.begin(), dv.end(), [](double x) { return x == 0.0; }));
 }
 
 TEST_CASE("attention backward: bad input throws and writes nothing", "[attention_backward]") {

@@ -76,6 +76,29 @@ TEST_CASE("scores backward: one encoding per query head (PerHead)", "[scores_bac
   CHECK(std::all_of(gp.begin(), gp.end(), [](double x) { return x == 0.0; }));
 }
 
+TEST_CASE("scores backward: no keys, no gradient", "[scores_backward]") {
+  // Scores of no keys are no entries: dq is 0 (written, not left as it was).
+  const Shape sh{3, 4, 2, 1, 0, 10, false, false, false};
+  auto pr = Problem<MixedFam>::make(sh, Regime::Random, 26);
+  std::vector<double> dq(pr.q.size(), 7.0), gp(std::size_t(peal::parameter_count(pr.enc)), 0.0);
+  const std::vector<double> none_pos;
+  peal::scores_backward(pr.enc, TensorView<const double>(pr.q.data(), 3, 2, pr.d),
+                        peal::Positions(pr.tq), TensorView<const double>(pr.k.data(), 0, 1, pr.d),
+                        peal::Positions(none_pos), TensorView<const double>(pr.ds.data(), 2, 3, 0),
+                        TensorView<double>(dq.data(), 3, 2, pr.d), TensorView<double>(), pr.opt,
+                        {&gp});
+  CHECK(std::all_of(dq.begin(), dq.end(), [](double x) { return x == 0.0; }));
+  CHECK(std::all_of(gp.begin(), gp.end(), [](double x) { return x == 0.0; }));
+  // No queries: dk is 0.
+  std::vector<double> dk(pr.k.size(), 7.0);
+  peal::scores_backward(pr.enc, TensorView<const double>(pr.q.data(), 0, 2, pr.d),
+                        peal::Positions(none_pos), TensorView<const double>(pr.k.data(), 4, 1, pr.d),
+                        peal::Positions(pr.tk), TensorView<const double>(pr.ds.data(), 2, 0, 4),
+                        TensorView<double>(), TensorView<double>(dk.data(), 4, 1, pr.d), pr.opt,
+                        {&gp});
+  CHECK(std::all_of(dk.begin(), dk.end(), [](double x) { return x == 0.0; }));
+}
+
 TEST_CASE("scores backward: bad input throws and writes nothing", "[scores_backward]") {
   const Shape sh{3, 4, 2, 1, 0, 10, false, true, false};
   auto pr = Problem<MixedFam>::make(sh, Regime::Random, 11);

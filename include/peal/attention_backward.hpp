@@ -277,7 +277,11 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
   ab::check(enc, q, tq, k, tk, v, out, lse, d_out, dq, dk, dv, opt, grads);
   if (opt.keys_encoded && !detail::coders::is_pure_rotation<double>(enc))
     detail::fail("attention_backward: keys_encoded needs a pure rotation (as attention)");
-  if (q.tokens() == 0 || q.heads() == 0) return;
+  if (q.tokens() == 0 || q.heads() == 0) {  // no scores: dk and dv are 0 (dq has no entries)
+    br::set_zero(dk);
+    br::set_zero(dv);
+    return;
+  }
   using V = TensorView<const std::remove_cv_t<Tv>>;
   using O = TensorView<const std::remove_cv_t<To>>;
   using DO = TensorView<const std::remove_cv_t<Tdo>>;
@@ -300,10 +304,8 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
     br::Run<C, E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, Tdq, Tdk, R, Epi> run(
         enc, qr, tq, kr, tk, dq, dk, targets, epi);
     run.run();
-  } else if (!dq.empty()) {  // no keys: out is 0, nothing reaches q
-    for (Index i = 0; i < q.tokens(); ++i)
-      for (Index h = 0; h < q.heads(); ++h)
-        for (Index e = 0; e < q.dim(); ++e) dq(i, h, e) = detail::from_arith<std::remove_cv_t<Tdq>>(0.0);
+  } else {  // no keys: out is 0, nothing reaches q
+    br::set_zero(dq);
   }
   epi.finish(dv);
 }

@@ -187,7 +187,11 @@ void scores_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Tensor
                 "peal::scores_backward: d_scores must be a view of float or double");
   using R = real_t<typename E::Scalar>;
   sb::check(enc, q, tq, k, tk, d_scores, dq, dk, opt, grads);
-  if (q.tokens() == 0 || k.tokens() == 0 || q.heads() == 0) return;  // dq, dk have no entries
+  if (q.tokens() == 0 || q.heads() == 0 || k.tokens() == 0) {  // no scores: dq, dk are 0
+    detail::backward_run::set_zero(dq);
+    detail::backward_run::set_zero(dk);
+    return;
+  }
   const auto qr = detail::ro(q);
   const auto kr = detail::ro(k);
   const auto dr = detail::ro(d_scores);

@@ -123,6 +123,13 @@ void check_output(const std::string& w, const TensorView<TD>& d, const char* nam
   };
   (apart(*read.first, read.second), ...);
 }
+// Every entry of a gradient view 0 (a kernel with nothing to sum: no keys, or no queries).
+template <class T>
+void set_zero(const TensorView<T>& x) {
+  for (Index i = 0; i < x.tokens(); ++i)
+    for (Index h = 0; h < x.heads(); ++h)
+      for (Index e = 0; e < x.dim(); ++e) x(i, h, e) = from_arith<std::remove_cv_t<T>>(0.0);
+}
 // A gradient vector: n entries when wanted.
 template <class T>
 void check_size(const std::string& w, const std::vector<T>* g, Index n, const char* what) {
