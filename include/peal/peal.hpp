@@ -43,6 +43,7 @@
 // Training (docs/gradients.md): the parameters of an encoding as data, the derivatives of
 // A(τ), the backward of encode, scores and attention.
 #include "attention_backward.hpp"
+#include "linear_attention_backward.hpp"
 #include "derivatives.hpp"
 #include "encode_backward.hpp"
 #include "parameters.hpp"

@@ -1,0 +1,218 @@
+// Backward of linear_attention() (linear_attention.hpp; docs/gradients.md §4). The forward is
+//   out[i,h,:] = Σ_{s_j ≤ t_i} S_hij v[j,h/G,:],   S_hij = scale γ_h^τ q_ihᵀ A(τ) k_j,h/G,
+// τ = t_i − s_j: the scores of scores() with a causal mask and the decays, times V. So with
+// dO = ∂L/∂out,
+//   dV_j = Σ_{h of its group} Σ_{i : s_j ≤ t_i} S_hij dO_ih,   dS_hij = dO_ih · v_j,
+// and dS goes through scores_backward (scores_backward.hpp: anchored tiles, cross factors,
+// the encode backward at relative positions) into dq, dk, ∂L/∂θ, ∂L/∂t, ∂L/∂s and ∂L/∂γ_h.
+// The three forms of the forward compute the same function, so one backward serves them all.
+// Queries are taken in blocks (at most 2^22 entries of S and dS per block, and at least one
+// query): per block S by scores() and dS by one product per head, in double; dV and dk sum
+// over the blocks in double and are written once. Memory: O(Hq · nb · nk) for a block of nb
+// queries and O((d + dv) · nk · Hk) for the sums, never O(nq · nk · Hq). Arithmetic: the
+// forward's for the scores (double if q, k or v stores double, float otherwise), double for
+// dS, dV and the sums; one thread for the backward's products (scores() may use threads),
+// deterministic.
+// Not differentiated: normalization = retnet (its row normalisation depends on the form; it
+// throws), and a continued LinearState (the state's keys are not given: differentiate the
+// whole sequence).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "detail/overlap.hpp"
+#include "detail/tiled/backward_run.hpp"
+#include "errors.hpp"
+#include "linear_attention.hpp"
+#include "positions.hpp"
+#include "scores.hpp"
+#include "scores_backward.hpp"
+#include "view.hpp"
+
+namespace peal {
+
+/// Where the gradients of linear_attention_backward go (each may be null: not wanted). All are
+/// ADDED to.
+template <class R>
+struct LinearAttentionGradients {
+  std::vector<R>* parameters = nullptr;       ///< parameter_count(enc) entries
+  std::vector<R>* query_positions = nullptr;  ///< nq entries
+  std::vector<R>* key_positions = nullptr;    ///< nk entries
+  std::vector<double>* decay = nullptr;       ///< Hq entries (opt.decay set)
+};
+
+namespace detail {
+namespace linear_backward {
+
+namespace br = backward_run;
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// Entries of S (and of dS) per block of queries.
+inline constexpr Index kBlockEntries = Index(1) << 22;
+
+template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv,
+          class R>
+void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
+           const Positions& tk, const TensorView<Tv>& v, const TensorView<Tdo>& dout,
+           const TensorView<Tdq>& dq, const TensorView<Tdk>& dk, const TensorView<Tdv>& dv,
+           const LinearAttentionOptions& opt, const LinearAttentionGradients<R>& g) {
+  const std::string w = "linear_attention_backward";
+  const Index d = Index(enc.dim()), nq = q.tokens(), nk = k.tokens(), Hq = q.heads();
+  if (q.dim() != d || k.dim() != d)
+    fail(w + ": queries " + tiled::extents(nq, Hq, q.dim()) + " and keys " +
+         tiled::extents(nk, k.heads(), k.dim()) + " must have dim " + std::to_string(d) +
+         " (the encoding's dim())");
+  if (Hq <= 0 || k.heads() <= 0 || Hq % k.heads() != 0)
+    fail(w + ": the number of query heads (" + std::to_string(Hq) +
+         ") must be a positive multiple of the number of key heads (" +
+         std::to_string(k.heads()) + ")");
+  if (v.tokens() != nk || v.heads() != k.heads())
+    fail(w + ": values " + tiled::extents(v.tokens(), v.heads(), v.dim()) +
+         " must have the keys' tokens and heads");
+  if (dout.tokens() != nq || dout.heads() != Hq || dout.dim() != v.dim())
+    fail(w + ": d_out is " + tiled::extents(dout.tokens(), dout.heads(), dout.dim()) +
+         ", expected [nq, Hq, dv] = " + tiled::extents(nq, Hq, v.dim()));
+  tq.check(nq, "linear_attention_backward (query positions)");
+  tk.check(nk, "linear_attention_backward (key positions)");
+  linear::require_sorted(tq, nq, w + ": query positions");
+  linear::require_sorted(tk, nk, w + ": key positions");
+  linear::check_linear_options(opt, Hq, "linear_attention_backward");
+  if (opt.normalization != LinearNorm::none)
+    fail(w + ": normalization = retnet is not differentiated (its row normalisation depends "
+             "on the form); give normalization = none");
+  tiled::check_position_span(tq, nq, tk, nk, w);
+  const auto Q = std::make_pair(&q, "q");
+  const auto K = std::make_pair(&k, "k");
+  const auto V = std::make_pair(&v, "v");
+  const auto DO = std::make_pair(&dout, "d_out");
+  br::check_output(w, dq, "dq", q, "q", Q, K, V, DO);
+  br::check_output(w, dk, "dk", k, "k", Q, K, V, DO, std::make_pair(&dq, "dq"));
+  br::check_output(w, dv, "dv", v, "v", Q, K, V, DO, std::make_pair(&dq, "dq"),
+                   std::make_pair(&dk, "dk"));
+  br::check_size(w, g.parameters, Index(parameter_count(enc)), "parameter");
+  br::check_size(w, g.query_positions, nq, "query position");
+  br::check_size(w, g.key_positions, nk, "key position");
+  br::check_head_option(w, g.decay, opt.decay, Hq, "decay");
+}
+
+// Rows [i0, i0 + n) of a [tokens, heads, dim] view.
+template <class T>
+TensorView<T> tokens(const TensorView<T>& x, Index i0, Index n) {
+  if (x.empty() || n == 0) return TensorView<T>(x.data(), 0, x.heads(), x.dim());
+  return TensorView<T>(x.vector(i0, 0), n, x.heads(), x.dim(), x.strides());
+}
+
+// Head h of a view as a dense [tokens, dim] matrix in double.
+template <class T>
+RowMatrix head_rows(const TensorView<T>& x, Index i0, Index n, Index h) {
+  RowMatrix m(n, x.dim());
+  for (Index i = 0; i < n; ++i)
+    for (Index e = 0; e < x.dim(); ++e) m(i, e) = tiled::to_arith<double>(x(i0 + i, h, e));
+  return m;
+}
+
+template <class T>
+void write(const TensorView<T>& x, const std::vector<RowMatrix>& per_head) {
+  for (Index h = 0; h < x.heads(); ++h)
+    for (Index i = 0; i < x.tokens(); ++i)
+      for (Index e = 0; e < x.dim(); ++e)
+        x(i, h, e) = from_arith<std::remove_cv_t<T>>(per_head[std::size_t(h)](i, e));
+}
+
+template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv,
+          class R>
+void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
+         const Positions& tk, const TensorView<Tv>& v, const TensorView<Tdo>& dout,
+         const TensorView<Tdq>& dq, const TensorView<Tdk>& dk, const TensorView<Tdv>& dv,
+         const LinearAttentionOptions& opt, const LinearAttentionGradients<R>& g,
+         Index block_entries = kBlockEntries) {
+  const Index nq = q.tokens(), nk = k.tokens(), Hq = q.heads(), Hk = k.heads(), G = Hq / Hk;
+  const Index d = q.dim(), dvn = v.dim();
+  if (nk == 0) {  // no keys: out is 0, nothing reaches q
+    br::set_zero(dq);
+    return;
+  }
+  ScoreOptions so;  // the forward's scores: causal (s_j ≤ t_i visible), scale, decays
+  so.causal = true;
+  so.scale = linear::linear_scale(opt, d);
+  so.decay = opt.decay;
+  so.threads = opt.threads;
+  std::vector<RowMatrix> vh(static_cast<std::size_t>(Hk)), dvacc(vh.size()), dkacc(vh.size());
+  for (Index h = 0; h < Hk; ++h) {
+    vh[std::size_t(h)] = head_rows(v, 0, nk, h);
+    dvacc[std::size_t(h)] = RowMatrix::Zero(nk, dvn);
+    dkacc[std::size_t(h)] = RowMatrix::Zero(nk, d);
+  }
+  const Index nb = std::max<Index>(1, std::min(nq, block_entries / std::max<Index>(1, Hq * nk)));
+  std::vector<double> S(static_cast<std::size_t>(Hq * nb * nk)), dS(S.size()),
+      tb(static_cast<std::size_t>(nb)), dk_block(static_cast<std::size_t>(nk * Hk * d));
+  std::vector<Index> visible(tb.size());  // keys with s_j ≤ t_i (both sorted)
+  std::vector<R> qpos_b;                        // a block's query-position gradient
+  for (Index i0 = 0; i0 < nq; i0 += nb) {
+    const Index n = std::min(nb, nq - i0);
+    for (Index r = 0; r < n; ++r) tb[std::size_t(r)] = tq[i0 + r];
+    const Positions tqb(tb.data(), n);
+    for (Index r = 0, j = 0; r < n; ++r) {
+      while (j < nk && !(tk[j] > tb[std::size_t(r)])) ++j;
+      visible[std::size_t(r)] = j;
+    }
+    const auto qb = tokens(q, i0, n);
+    const TensorView<double> Sv(S.data(), Hq, n, nk), dSv(dS.data(), Hq, n, nk);
+    peal::scores(enc, qb, tqb, k, tk, Sv, so);
+    for (Index h = 0; h < Hq; ++h) {  // dS = dO Vᵀ (masked entries are never read); dV += Sᵀ dO
+      const Index kh = h / G;
+      const RowMatrix dO = head_rows(dout, i0, n, h);
+      Eigen::Map<RowMatrix> Sh(S.data() + h * n * nk, n, nk), dSh(dS.data() + h * n * nk, n, nk);
+      dSh.noalias() = dO * vh[std::size_t(kh)].transpose();
+      for (Index r = 0; r < n; ++r)  // masked: −∞ in S, no share of dV
+        Sh.row(r).tail(nk - visible[std::size_t(r)]).setZero();
+      dvacc[std::size_t(kh)].noalias() += Sh.transpose() * dO;
+    }
+    const TensorView<double> dkb(dk.empty() ? nullptr : dk_block.data(), dk.empty() ? 0 : nk, Hk, d);
+    if (g.query_positions) qpos_b.assign(std::size_t(n), R(0));
+    const ScoresGradients<R> sg{g.parameters, g.query_positions ? &qpos_b : nullptr,
+                                g.key_positions, nullptr, g.decay};
+    peal::scores_backward(enc, qb, tqb, k, tk, TensorView<const double>(dS.data(), Hq, n, nk),
+                          tokens(dq, i0, n), dkb, so, sg);
+    if (g.query_positions)
+      for (Index r = 0; r < n; ++r) (*g.query_positions)[std::size_t(i0 + r)] += qpos_b[std::size_t(r)];
+    if (!dk.empty())
+      for (Index h = 0; h < Hk; ++h)
+        dkacc[std::size_t(h)] += Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>(
+            dk_block.data() + h * d, nk, d, Eigen::OuterStride<>(Hk * d));
+  }
+  if (!dk.empty()) write(dk, dkacc);
+  if (!dv.empty()) write(dv, dvacc);
+}
+
+}  // namespace linear_backward
+}  // namespace detail
+
+/// Backward of linear_attention(enc, q, tq, k, tk, v, out, opt) with normalization = none (the
+/// top of this file): d_out = ∂L/∂out [nq, Hq, dv]. Writes dq [nq, Hq, d], dk [nk, Hk, d] and
+/// dv [nk, Hk, dv] (each may be empty: not wanted; none may overlap an input or another) and
+/// ADDS the gradients asked for in grads (the decays' with opt.decay set). q, k, v, d_out:
+/// float, double, Eigen::half or Eigen::bfloat16. Throws peal::invalid_argument before writing
+/// anything on inconsistent extents, unsorted or non-finite positions, bad options, gradient
+/// sizes, overlapping outputs, and on normalization = retnet. Of opt, form and chunk are
+/// validated and not used (the forms compute one function).
+template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv>
+void linear_attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq,
+                               TensorView<Tk> k, const Positions& tk, TensorView<Tv> v,
+                               TensorView<Tdo> d_out, TensorView<Tdq> dq, TensorView<Tdk> dk,
+                               TensorView<Tdv> dv, const LinearAttentionOptions& opt = {},
+                               LinearAttentionGradients<real_t<typename E::Scalar>> grads = {}) {
+  namespace lb = detail::linear_backward;
+  detail::encode_backward::require_derivatives<E>();
+  lb::check(enc, q, tq, k, tk, v, d_out, dq, dk, dv, opt, grads);
+  lb::run(enc, detail::ro(q), tq, detail::ro(k), tk, detail::ro(v), detail::ro(d_out), dq, dk,
+          dv, opt, grads);
+}
+
+}  // namespace peal
