@@ -12,6 +12,13 @@
 //       chunk, half of C^2 of them, plus the state's read and update); parallel and unfused
 //       2 H n^2 (d + dv) / 2 (the causal half); gemm 2 H n d dv. vs_<x> = median t_x / t_chunkwise.
 //   chunk/<C>       the chunkwise form at n = 8192 with chunk C, against the same plain GEMM.
+//   backward/<n>    linear_attention_backward (include/peal/linear_attention_backward.hpp) with
+//       every gradient (dq, dk, dv, the frequencies', the positions', the decays'), paired with
+//       the forward in its automatic form (fwd) and in the parallel form (fwd_parallel).
+//       GFLOPS counts the backward's useful work as the forward parallel form's pairs times 3
+//       (S, dS = dO Vᵀ and the scores backward's two products: four causal-half products of
+//       the pairs' size, against the forward's two); vs_x = x's time / the backward's, so
+//       1 / vs_fwd is the backward's cost in forwards.
 //   step            one decode step of LinearState::step (update with k v^T at the next
 //       position, then read q; RoPE + decay, 4 heads) against the bare Eigen work of the same
 //       size per head: M += k v^T then o = M^T q. 64 steps per measurement.
@@ -23,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <peal/linear_attention.hpp>
+#include <peal/linear_attention_backward.hpp>
 #include <string>
 #include <peal/linear_state.hpp>
 #include <peal/presets/retnet.hpp>
@@ -130,6 +138,32 @@ void BM_forms(benchmark::State& state) {
   state.counters["chunk_vs_gemm_rate"] = state.counters["GFLOPS"] / state.counters["gemm_GFLOPS"];
 }
 
+void BM_backward(benchmark::State& state) {
+  const Index n = state.range(0), H = kHeads, d = kDim;
+  Data& D = data(n, H, false);
+  const auto enc = rope_preset();
+  const auto pos = Positions::sequence(0.0);
+  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
+      v(D.v.data(), n, H, d), dout(D.v.data(), n, H, d);
+  const TensorView<float> out(D.out.data(), n, H, d);
+  std::vector<float> dq(D.q.size()), dk(D.q.size()), dv(D.q.size());
+  std::vector<double> gp(static_cast<std::size_t>(peal::parameter_count(enc))),
+      gt(static_cast<std::size_t>(n)), gs(gt.size()), gg(static_cast<std::size_t>(H));
+  auto backward = [&] {
+    peal::linear_attention_backward(enc, q, pos, k, pos, v, dout, TensorView<float>(dq.data(), n, H, d),
+                                    TensorView<float>(dk.data(), n, H, d),
+                                    TensorView<float>(dv.data(), n, H, d),
+                                    options(LinearForm::automatic, 0, H), {&gp, &gt, &gs, &gg});
+  };
+  auto forward = [&](LinearForm f) {
+    return [&, f] { peal::linear_attention(enc, q, pos, k, pos, v, out, options(f, 0, H)); };
+  };
+  const double pairs = 2.0 * double(H) * double(n) * double(n) * double(2 * d) / 2.0 * 1e-9;
+  paired_run(state, {{"", 1, backward}, {"fwd", 1, forward(LinearForm::automatic)},
+                     {"fwd_parallel", 1, forward(LinearForm::parallel)}},
+             3.0 * pairs, "GFLOPS");
+}
+
 void BM_chunk(benchmark::State& state) {
   const Index n = 8192, C = state.range(0), H = kHeads, d = kDim;
   Data& D = data(n, H, false);
@@ -192,6 +226,8 @@ void BM_step(benchmark::State& state) {
   auto* f = paired("forms", BM_forms);
   for (Index n : {128, 256, 512, 1024, 2048, 4096, 8192}) f->Args({n, kHeads});
   for (Index n : {512, 2048}) f->Args({n, 1});  // one head: the outputs are small
+  auto* bw = paired("backward", BM_backward);
+  for (Index n : {512, 2048}) bw->Arg(n);
   auto* c = paired("chunk", BM_chunk);
   for (Index C : {32, 64, 128, 256}) c->Arg(C);
   paired("step", BM_step)->Unit(benchmark::kMicrosecond);

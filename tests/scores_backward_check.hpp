@@ -146,6 +146,27 @@ Reference reference(const Problem<Fam>& p) {
   return r;
 }
 
+// The relative error of each result (derived at the top of tests/test_scores_backward.cpp):
+// the arithmetic's in C (the rebasing budget of C's tiles; p the longest Jordan chain − 1, a
+// basis change's 2 (d + 1) extra terms), the positions' and anchors' in double; `position`
+// adds the derivative's error for the parameter and position gradients.
+struct GradientTolerance {
+  LD rel, position;
+};
+template <class C, class Fam>
+GradientTolerance gradient_tolerance(const Problem<Fam>& pr, int p, bool basis) {
+  const auto& sh = pr.sh;
+  const int d = pr.d;
+  LD pmax = 0;
+  for (double t : pr.tq) pmax = std::max(pmax, std::abs(LD(t)));
+  for (double s : pr.tk) pmax = std::max(pmax, std::abs(LD(s)));
+  const LD xn = heads_xmax(pr.twin, sh.Hq) * d;
+  const LD rho = Tol<C>::score_rho(p, Tol<C>::poly_half_spread(p), Tol<C>::poly_half_spread(p));
+  const LD rel = Tol<C>::score_gradient(d, rho, basis ? 2 * (d + 1) : 0, 0, sh.nq * sh.nk * sh.Hq) +
+                 Tol<double>::phase(xn * 4 * pmax);
+  return {rel, rel + Tol<double>::derivative(d, xn * 2 * pmax)};
+}
+
 // One call with every gradient, against the reference. p: the longest Jordan chain − 1 of the
 // encoding; extra: 2 (d + 1) for a basis change (Tol::score).
 // T: the storage of q, k and d_scores (the inputs are rounded to it first, so that the
@@ -178,20 +199,13 @@ void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, st
   const Reference r = reference(pr);
   INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
                  << "-bit arithmetic" << (strided ? ", strided views" : ""));
-  LD pmax = 0;
-  for (double t : pr.tq) pmax = std::max(pmax, std::abs(LD(t)));
-  for (double s : pr.tk) pmax = std::max(pmax, std::abs(LD(s)));
-  const LD xn = heads_xmax(pr.twin, sh.Hq) * d;
-  // The arithmetic's error in C (the rebasing budget of C's tiles), the positions' and
-  // anchors' in double.
-  const LD rho = Tol<C>::score_rho(p, Tol<C>::poly_half_spread(p), Tol<C>::poly_half_spread(p));
-  const LD rel = Tol<C>::score_gradient(d, rho, basis ? 2 * (d + 1) : 0, 0, sh.nq * sh.nk * sh.Hq) +
-                 Tol<double>::phase(xn * 4 * pmax);
+  const GradientTolerance tol = gradient_tolerance<C>(pr, p, basis);
+  const LD rel = tol.rel;
   check_all("dq", dq, r.dq, r.mq, rel);
   check_all("dk", dk, r.dk, r.mk, rel);
-  check_all("parameter", gp, r.dtheta, r.mtheta, rel + Tol<double>::derivative(d, xn * 2 * pmax));
-  check_all("query position", gt, r.dt, r.mt, rel + Tol<double>::derivative(d, xn * 2 * pmax));
-  check_all("key position", gs, r.ds, r.ms, rel + Tol<double>::derivative(d, xn * 2 * pmax));
+  check_all("parameter", gp, r.dtheta, r.mtheta, tol.position);
+  check_all("query position", gt, r.dt, r.mt, tol.position);
+  check_all("key position", gs, r.ds, r.ms, tol.position);
   if (sh.alibi) check_all("ALiBi slope", gm, r.dm, r.mm, Tol<double>::roundings(sh.nq * sh.nk));
   if (sh.decay) check_all("decay", gg, r.dg, r.mg, rel);
 }

@@ -87,19 +87,15 @@ void check_linear_backward(const Shape& sh, Regime regime, int p, bool basis, st
                                        block * sh.Hq * sh.nk);
   INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
                  << "-bit arithmetic, blocks of " << block << " queries (0: one)");
-  LD pmax = 0;
-  for (double t : pr.tq) pmax = std::max(pmax, std::abs(LD(t)));
-  for (double s : pr.tk) pmax = std::max(pmax, std::abs(LD(s)));
-  const LD xn = heads_xmax(pr.twin, sh.Hq) * d;
-  const LD rho = Tol<C>::score_rho(p, Tol<C>::poly_half_spread(p), Tol<C>::poly_half_spread(p));
-  const LD rel = Tol<C>::score_gradient(d, rho, basis ? 2 * (d + 1) : 0, 0, sh.nq * sh.nk * sh.Hq) +
-                 Tol<double>::phase(xn * 4 * pmax) + Tol<C>::roundings(dvn);
+  // The scores backward's tolerance, plus dS = dO · v's dv roundings (in double).
+  const GradientTolerance tol = gradient_tolerance<C>(pr, p, basis);
+  const LD rel = tol.rel + Tol<double>::roundings(dvn);
   check_all("dq", dq, r.dq, r.mq, rel);
   check_all("dk", dk, r.dk, r.mk, rel);
   check_all("dv", dv, rdv, mdv, rel);
-  check_all("parameter", gp, r.dtheta, r.mtheta, rel + Tol<double>::derivative(d, xn * 2 * pmax));
-  check_all("query position", gt, r.dt, r.mt, rel + Tol<double>::derivative(d, xn * 2 * pmax));
-  check_all("key position", gs, r.ds, r.ms, rel + Tol<double>::derivative(d, xn * 2 * pmax));
+  check_all("parameter", gp, r.dtheta, r.mtheta, tol.position + Tol<double>::roundings(dvn));
+  check_all("query position", gt, r.dt, r.mt, tol.position + Tol<double>::roundings(dvn));
+  check_all("key position", gs, r.ds, r.ms, tol.position + Tol<double>::roundings(dvn));
   if (sh.decay) check_all("decay", gg, r.dg, r.mg, rel);
 }
 
