@@ -36,6 +36,7 @@
 #include "detail/tiled/tile_run.hpp"
 #include "encode.hpp"
 #include "errors.hpp"
+#include "per_head.hpp"
 #include "positions.hpp"
 #include "scores.hpp"
 #include "view.hpp"
@@ -199,6 +200,45 @@ void attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<T
   const PassThrough<double> id{int(d)};
   sk::run_attention<C>(id, TensorView<const C>(qe.data(), nq, Hq, d), tq, detail::ro(k), tk,
                        detail::ro(v), out, so, sm, opt.lse);
+}
+
+// ---- One encoding per query head (per_head.hpp): head h's fused kernel on query head h, its
+// key head's keys and values, its ALiBi slope and sink; lse gathered per head. Points:
+// scores_nd.hpp.
+namespace detail {
+namespace per_head {
+
+template <class E, class Tq, class Tk, class Tv, class To, class Pos>
+void attention(const PerHead<E>& enc, const TensorView<Tq>& q, const Pos& tq,
+               const TensorView<Tk>& k, const Pos& tk, const TensorView<Tv>& v,
+               const TensorView<To>& out, const AttentionOptions& opt) {
+  const Index hq = q.heads(), nq = q.tokens(), g = group_size(enc, hq, k.heads(), "attention");
+  if (v.heads() != k.heads() || out.heads() != hq)
+    fail("attention: v must have the key heads and out the query heads");
+  // Whole views (and lse, which the heads' calls do not see), before head 0 writes.
+  check_attention_aliasing(q, k, v, out, opt.lse, "attention");
+  std::vector<double> lse(opt.lse ? std::size_t(nq) : 0);
+  for (Index h = 0; h < hq; ++h) {
+    AttentionOptions o = opt;
+    o.alibi_slopes = pick(opt.alibi_slopes, h, hq, "attention", "alibi_slopes");
+    o.sinks = pick(opt.sinks, h, hq, "attention", "sinks");
+    o.lse = opt.lse ? lse.data() : nullptr;
+    // Unqualified: argument-dependent lookup at instantiation finds scores_nd.hpp's N-D overload.
+    attention(enc.head(int(h)), slice(q, h), tq, slice(k, h / g), tk, slice(v, h / g),
+                    slice(out, h), o);
+    if (opt.lse)
+      for (Index i = 0; i < nq; ++i) opt.lse[i * hq + h] = lse[std::size_t(i)];
+  }
+}
+
+}  // namespace per_head
+}  // namespace detail
+
+template <class E, class Tq, class Tk, class Tv, class To>
+void attention(const PerHead<E>& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
+               const Positions& tk, TensorView<Tv> v, TensorView<To> out,
+               const AttentionOptions& opt = {}) {
+  detail::per_head::attention(enc, q, tq, k, tk, v, out, opt);
 }
 
 }  // namespace peal

@@ -117,16 +117,16 @@ class Epilogue {
       for (Index h = 0; h < Hq_; ++h) {
         double dsum = 0;
         for (Index e = 0; e < dv_; ++e) {
-          const double a = tiled::to_arith<double>(dout(i, h, e));
+          const double a = detail::to_arith<double>(dout(i, h, e));
           w_.dout[std::size_t((i * Hq_ + h) * dv_ + e)] = C(a);
-          dsum += a * tiled::to_arith<double>(out(i, h, e));
+          dsum += a * detail::to_arith<double>(out(i, h, e));
         }
         w_.D[std::size_t(i * Hq_ + h)] = dsum;
       }
     for (Index j = 0; j < nk_; ++j)
       for (Index h = 0; h < Hk_; ++h)
         for (Index e = 0; e < dv_; ++e)
-          w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = tiled::to_arith<C>(v(j, h, e));
+          w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = detail::to_arith<C>(v(j, h, e));
     // Positions, and lse and D head-major, as contiguous arrays for the tile operations.
     br::at_least(w_.tcol, nq_), br::at_least(w_.srow, nk_);
     for (Index i = 0; i < nq_; ++i) w_.tcol[std::size_t(i)] = tq[i];
@@ -290,7 +290,7 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
   const DO dor = detail::ro(d_out);
   // The forward's arithmetic (attention.hpp): double if q, k or v stores double.
   using C = std::conditional_t<std::is_same<std::remove_cv_t<Tv>, double>::value, double,
-                               detail::tiled::arith_t<Tq, Tk>>;
+                               detail::arith_t<Tq, Tk>>;
   using Epi = ab::Epilogue<C, const std::remove_cv_t<Tv>, const std::remove_cv_t<To>,
                            const std::remove_cv_t<Tdo>, R>;
   // The forward's scale (attention.hpp).

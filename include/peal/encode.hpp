@@ -35,6 +35,8 @@
 #pragma once
 
 #include "detail/encode/kernels.hpp"
+#include "detail/overlap.hpp"
+#include "per_head.hpp"
 #include "positions.hpp"
 #include "positions_nd.hpp"
 #include "view.hpp"
@@ -135,6 +137,83 @@ void shift_keys(const E& enc, TensorView<TS> src, TensorView<TD> dst,
 template <class E, class T>
 void shift_keys(const E& enc, TensorView<T> k, const std::vector<double>& delta) {
   shift_keys(enc, k, k, delta);
+}
+
+// ---- One encoding per query head (per_head.hpp): head h's kernel on head h's slices.
+namespace detail {
+namespace per_head {
+
+template <bool Query, class E, class TS, class TD, class Pos>
+void encode(const PerHead<E>& enc, const TensorView<TS>& src, const TensorView<TD>& dst,
+            const Pos& pos) {
+  const char* where = Query ? "encode_queries" : "encode_keys";
+  require_heads(enc, dst, where, "destination");
+  require_heads(enc, src, where, "source");
+  // Whole views: head h's call sees its own slices only, not dst over a later head's source.
+  check_encode_aliasing(src, dst, where);
+  for (int h = 0; h < enc.heads(); ++h) {
+    if constexpr (Query)
+      encode_queries(enc.head(h), slice(src, h), slice(dst, h), pos);
+    else
+      encode_keys(enc.head(h), slice(src, h), slice(dst, h), pos);
+  }
+}
+
+template <class E, class T, class Delta>
+void shift(const PerHead<E>& enc, const TensorView<T>& k, const Delta& delta) {
+  require_heads(enc, k, "shift_keys", "key");
+  for (int h = 0; h < enc.heads(); ++h) shift_keys(enc.head(h), slice(k, h), delta);
+}
+
+}  // namespace per_head
+}  // namespace detail
+
+// One overload per position type (Positions, PositionsND): a template parameter for it would
+// make the calls ambiguous with the overloads above.
+template <class E, class TS, class TD>
+void encode_queries(const PerHead<E>& enc, TensorView<TS> src, TensorView<TD> dst,
+                    const Positions& pos) {
+  detail::per_head::encode<true>(enc, src, dst, pos);
+}
+template <class E, class T>
+void encode_queries(const PerHead<E>& enc, TensorView<T> q, const Positions& pos) {
+  detail::per_head::encode<true>(enc, q, q, pos);
+}
+template <class E, class TS, class TD>
+void encode_keys(const PerHead<E>& enc, TensorView<TS> src, TensorView<TD> dst,
+                 const Positions& pos) {
+  detail::per_head::encode<false>(enc, src, dst, pos);
+}
+template <class E, class T>
+void encode_keys(const PerHead<E>& enc, TensorView<T> k, const Positions& pos) {
+  detail::per_head::encode<false>(enc, k, k, pos);
+}
+template <class E, class TS, class TD>
+void encode_queries(const PerHead<E>& enc, TensorView<TS> src, TensorView<TD> dst,
+                    const PositionsND& pos) {
+  detail::per_head::encode<true>(enc, src, dst, pos);
+}
+template <class E, class T>
+void encode_queries(const PerHead<E>& enc, TensorView<T> q, const PositionsND& pos) {
+  detail::per_head::encode<true>(enc, q, q, pos);
+}
+template <class E, class TS, class TD>
+void encode_keys(const PerHead<E>& enc, TensorView<TS> src, TensorView<TD> dst,
+                 const PositionsND& pos) {
+  detail::per_head::encode<false>(enc, src, dst, pos);
+}
+template <class E, class T>
+void encode_keys(const PerHead<E>& enc, TensorView<T> k, const PositionsND& pos) {
+  detail::per_head::encode<false>(enc, k, k, pos);
+}
+/// shift_keys per head: delta a scalar (1-D heads) or a vector (N-D heads).
+template <class E, class T>
+void shift_keys(const PerHead<E>& enc, TensorView<T> k, double delta) {
+  detail::per_head::shift(enc, k, delta);
+}
+template <class E, class T>
+void shift_keys(const PerHead<E>& enc, TensorView<T> k, const std::vector<double>& delta) {
+  detail::per_head::shift(enc, k, delta);
 }
 
 }  // namespace peal

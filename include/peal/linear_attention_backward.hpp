@@ -113,7 +113,7 @@ template <class T>
 RowMatrix head_rows(const TensorView<T>& x, Index i0, Index n, Index h) {
   RowMatrix m(n, x.dim());
   for (Index i = 0; i < n; ++i)
-    for (Index e = 0; e < x.dim(); ++e) m(i, e) = tiled::to_arith<double>(x(i0 + i, h, e));
+    for (Index e = 0; e < x.dim(); ++e) m(i, e) = detail::to_arith<double>(x(i0 + i, h, e));
   return m;
 }
 

@@ -2,25 +2,20 @@
 // frequencies per head; RetNet's per-head γ (retnet.hpp returns one encoding per head) is
 // then one ordinary encoding. Head h of a [tokens, heads, dim] view is encoded by head(h).
 //
-// The kernels take it like any encoding: encode_queries / encode_keys / shift_keys (and their
-// backward, in encode_backward.hpp) run each head's kernel on that head's slice
-// of the view (so the view has exactly heads() heads),
-// and scores / attention run the fused 1-D (or N-D) kernel of head h on query head h, its
-// key head h / (Hq / Hk) and its slice of the output, with head h's ALiBi slope, decay and
-// sink. Positions are 1-D (Positions) or N-D (PositionsND), as the head encodings take.
+// The kernels take it like any encoding, each in its own header: encode_queries /
+// encode_keys / shift_keys (encode.hpp) run each head's kernel on that head's slice of the
+// view (so the view has exactly heads() heads), and scores / attention (scores.hpp,
+// attention.hpp; N-D points: scores_nd.hpp) run the fused kernel of head h on query head h,
+// its key head h / (Hq / Hk) and its slice of the output, with head h's ALiBi slope, decay
+// and sink; their backwards likewise (encode_backward.hpp, scores_backward.hpp,
+// attention_backward.hpp). This header is the type and the slicing those overloads share,
+// without the kernels (parameters.hpp needs the type only).
 #pragma once
 
 #include <string>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
-#include "attention.hpp"
-#include "detail/overlap.hpp"
-#include "encode.hpp"
 #include "errors.hpp"
-#include "scores.hpp"
-#include "scores_nd.hpp"
 #include "view.hpp"
 
 namespace peal {
@@ -95,120 +90,5 @@ inline std::vector<double> pick(const std::vector<double>& v, Index h, Index hea
 
 }  // namespace per_head
 }  // namespace detail
-
-// Each public function has one overload per position type (Positions, PositionsND): a
-// template parameter for it would make the calls ambiguous with the 1-D overloads.
-namespace detail {
-namespace per_head {
-
-template <bool Query, class E, class TS, class TD, class Pos>
-void encode(const PerHead<E>& enc, const TensorView<TS>& src, const TensorView<TD>& dst,
-            const Pos& pos) {
-  const char* where = Query ? "encode_queries" : "encode_keys";
-  require_heads(enc, dst, where, "destination");
-  require_heads(enc, src, where, "source");
-  // Whole views: head h's call sees its own slices only, not dst over a later head's source.
-  check_encode_aliasing(src, dst, where);
-  for (int h = 0; h < enc.heads(); ++h) {
-    if constexpr (Query)
-      encode_queries(enc.head(h), slice(src, h), slice(dst, h), pos);
-    else
-      encode_keys(enc.head(h), slice(src, h), slice(dst, h), pos);
-  }
-}
-
-template <class E, class T, class Delta>
-void shift(const PerHead<E>& enc, const TensorView<T>& k, const Delta& delta) {
-  require_heads(enc, k, "shift_keys", "key");
-  for (int h = 0; h < enc.heads(); ++h) shift_keys(enc.head(h), slice(k, h), delta);
-}
-
-template <class E, class Tq, class Tk, class Out, class Pos>
-void scores(const PerHead<E>& enc, const TensorView<Tq>& q, const Pos& tq, const TensorView<Tk>& k,
-            const Pos& tk, const TensorView<Out>& out, const ScoreOptions& opt) {
-  const Index hq = q.heads(), g = group_size(enc, hq, k.heads(), "scores");
-  if (out.tokens() != hq)
-    fail("scores: out has " + std::to_string(out.tokens()) + " heads, q has " +
-         std::to_string(hq));
-  check_scores_aliasing(q, k, out, "scores");  // whole views, before head 0 writes
-  for (Index h = 0; h < hq; ++h) {
-    ScoreOptions o = opt;
-    o.alibi_slopes = pick(opt.alibi_slopes, h, hq, "scores", "alibi_slopes");
-    o.decay = pick(opt.decay, h, hq, "scores", "decay");
-    peal::scores(enc.head(int(h)), slice(q, h), tq, slice(k, h / g), tk, out_slice(out, h), o);
-  }
-}
-
-template <class E, class Tq, class Tk, class Tv, class To, class Pos>
-void attention(const PerHead<E>& enc, const TensorView<Tq>& q, const Pos& tq,
-               const TensorView<Tk>& k, const Pos& tk, const TensorView<Tv>& v,
-               const TensorView<To>& out, const AttentionOptions& opt) {
-  const Index hq = q.heads(), nq = q.tokens(), g = group_size(enc, hq, k.heads(), "attention");
-  if (v.heads() != k.heads() || out.heads() != hq)
-    fail("attention: v must have the key heads and out the query heads");
-  // Whole views (and lse, which the heads' calls do not see), before head 0 writes.
-  check_attention_aliasing(q, k, v, out, opt.lse, "attention");
-  std::vector<double> lse(opt.lse ? std::size_t(nq) : 0);
-  for (Index h = 0; h < hq; ++h) {
-    AttentionOptions o = opt;
-    o.alibi_slopes = pick(opt.alibi_slopes, h, hq, "attention", "alibi_slopes");
-    o.sinks = pick(opt.sinks, h, hq, "attention", "sinks");
-    o.lse = opt.lse ? lse.data() : nullptr;
-    peal::attention(enc.head(int(h)), slice(q, h), tq, slice(k, h / g), tk, slice(v, h / g),
-                    slice(out, h), o);
-    if (opt.lse)
-      for (Index i = 0; i < nq; ++i) opt.lse[i * hq + h] = lse[std::size_t(i)];
-  }
-}
-
-}  // namespace per_head
-}  // namespace detail
-
-#define PEAL_PER_HEAD_KERNELS(POS)                                                              \
-  template <class E, class TS, class TD>                                                        \
-  void encode_queries(const PerHead<E>& enc, TensorView<TS> src, TensorView<TD> dst,            \
-                      const POS& pos) {                                                         \
-    detail::per_head::encode<true>(enc, src, dst, pos);                                         \
-  }                                                                                             \
-  template <class E, class T>                                                                   \
-  void encode_queries(const PerHead<E>& enc, TensorView<T> q, const POS& pos) {                 \
-    detail::per_head::encode<true>(enc, q, q, pos);                                             \
-  }                                                                                             \
-  template <class E, class TS, class TD>                                                        \
-  void encode_keys(const PerHead<E>& enc, TensorView<TS> src, TensorView<TD> dst,               \
-                   const POS& pos) {                                                            \
-    detail::per_head::encode<false>(enc, src, dst, pos);                                        \
-  }                                                                                             \
-  template <class E, class T>                                                                   \
-  void encode_keys(const PerHead<E>& enc, TensorView<T> k, const POS& pos) {                    \
-    detail::per_head::encode<false>(enc, k, k, pos);                                            \
-  }                                                                                             \
-  template <class E, class Tq, class Tk, class Out>                                             \
-  void scores(const PerHead<E>& enc, TensorView<Tq> q, const POS& tq, TensorView<Tk> k,         \
-              const POS& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {               \
-    detail::per_head::scores(enc, q, tq, k, tk, out, opt);                                      \
-  }                                                                                             \
-  template <class E, class Tq, class Tk, class Tv, class To>                                    \
-  void attention(const PerHead<E>& enc, TensorView<Tq> q, const POS& tq, TensorView<Tk> k,      \
-                 const POS& tk, TensorView<Tv> v, TensorView<To> out,                           \
-                 const AttentionOptions& opt = {}) {                                            \
-    detail::per_head::attention(enc, q, tq, k, tk, v, out, opt);                                \
-  }
-
-/// encode_queries, encode_keys, scores, attention with one encoding per query head, over
-/// 1-D positions and over N-D points.
-PEAL_PER_HEAD_KERNELS(Positions)
-PEAL_PER_HEAD_KERNELS(PositionsND)
-#undef PEAL_PER_HEAD_KERNELS
-
-/// shift_keys per head: delta a scalar (1-D heads) or a vector (N-D heads).
-template <class E, class T>
-void shift_keys(const PerHead<E>& enc, TensorView<T> k, double delta) {
-  detail::per_head::shift(enc, k, delta);
-}
-template <class E, class T>
-void shift_keys(const PerHead<E>& enc, TensorView<T> k, const std::vector<double>& delta) {
-  detail::per_head::shift(enc, k, delta);
-}
 
 }  // namespace peal

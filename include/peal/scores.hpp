@@ -64,6 +64,7 @@
 #include "detail/tiled/scores_sink.hpp"
 #include "detail/tiled/tile_run.hpp"
 #include "errors.hpp"
+#include "per_head.hpp"
 #include "positions.hpp"
 #include "score_options.hpp"
 #include "view.hpp"
@@ -218,6 +219,39 @@ void scores(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> 
   if (q.dim() == 0) return scores_reference(enc, q, tq, k, tk, out, opt);  // bias and mask only
   using C = sk::arith_t<Tq, Tk>;
   sk::run_scores<C>(enc, detail::ro(q), tq, detail::ro(k), tk, out, opt);
+}
+
+// ---- One encoding per query head (per_head.hpp): head h's fused kernel on query head h, its
+// key head h / (Hq / Hk), its slice of the output, its ALiBi slope and decay. Points:
+// scores_nd.hpp.
+namespace detail {
+namespace per_head {
+
+template <class E, class Tq, class Tk, class Out, class Pos>
+void scores(const PerHead<E>& enc, const TensorView<Tq>& q, const Pos& tq, const TensorView<Tk>& k,
+            const Pos& tk, const TensorView<Out>& out, const ScoreOptions& opt) {
+  const Index hq = q.heads(), g = group_size(enc, hq, k.heads(), "scores");
+  if (out.tokens() != hq)
+    fail("scores: out has " + std::to_string(out.tokens()) + " heads, q has " +
+         std::to_string(hq));
+  check_scores_aliasing(q, k, out, "scores");  // whole views, before head 0 writes
+  for (Index h = 0; h < hq; ++h) {
+    ScoreOptions o = opt;
+    o.alibi_slopes = pick(opt.alibi_slopes, h, hq, "scores", "alibi_slopes");
+    o.decay = pick(opt.decay, h, hq, "scores", "decay");
+    // Unqualified: found by argument-dependent lookup where it is instantiated, so that the
+    // N-D overloads of scores_nd.hpp (declared after this) serve PositionsND.
+    scores(enc.head(int(h)), slice(q, h), tq, slice(k, h / g), tk, out_slice(out, h), o);
+  }
+}
+
+}  // namespace per_head
+}  // namespace detail
+
+template <class E, class Tq, class Tk, class Out>
+void scores(const PerHead<E>& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
+            const Positions& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {
+  detail::per_head::scores(enc, q, tq, k, tk, out, opt);
 }
 
 }  // namespace peal

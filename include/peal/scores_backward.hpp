@@ -115,7 +115,7 @@ class ScoresEpilogue {
           continue;
         }
         const double f = lg == 0 ? opt_.scale : opt_.scale * std::exp(lg * (t - s));
-        W(r, c) = C(f * tiled::to_arith<double>(ds_(h, ib + r, jb + c)));
+        W(r, c) = C(f * detail::to_arith<double>(ds_(h, ib + r, jb + c)));
       }
     }
     if (!want_raw_ && !want_bias_) return;
@@ -139,7 +139,7 @@ class ScoresEpilogue {
       for (Index c = 0; c < nj; ++c) {
         const double s = tk_[jb + c];
         if (opt_.causal && s > t) continue;
-        const double tau = t - s, dsv = tiled::to_arith<double>(ds_(h, ib + r, jb + c));
+        const double tau = t - s, dsv = detail::to_arith<double>(ds_(h, ib + r, jb + c));
         double p = -m * dsv;
         dm -= dsv * tau;
         if (want_raw_) {
@@ -196,7 +196,7 @@ void scores_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Tensor
   const auto kr = detail::ro(k);
   const auto dr = detail::ro(d_scores);
   using Rd = const std::remove_cv_t<Td>;
-  using C = detail::tiled::arith_t<Tq, Tk>;  // the forward's arithmetic
+  using C = detail::arith_t<Tq, Tk>;  // the forward's arithmetic
   sb::ScoresEpilogue<C, Rd, R> epi(dr, tq, tk, opt, grads);
   const detail::backward_run::Targets<R> targets{grads.parameters, grads.query_positions,
                                                  grads.key_positions, false};

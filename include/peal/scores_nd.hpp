@@ -144,7 +144,7 @@ template <class E, class Tq, class Tk, class Out>
 void scores(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView<Tk> k,
             const PositionsND& pk, TensorView<Out> out, const ScoreOptions& opt = {}) {
   namespace sn = detail::scores_nd;
-  using C = detail::tiled::arith_t<Tq, Tk>;
+  using C = detail::arith_t<Tq, Tk>;
   if (!opt.alibi_slopes.empty() || !opt.decay.empty())
     detail::fail("scores: ALiBi slopes and decays need scalar positions, not N-D points");
   if (q.dim() != Index(enc.dim()) || k.dim() != Index(enc.dim()))
@@ -166,7 +166,7 @@ void attention(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView
                AttentionOptions opt = {}) {
   namespace sn = detail::scores_nd;
   using C = std::conditional_t<std::is_same<std::remove_cv_t<Tv>, double>::value, double,
-                               detail::tiled::arith_t<Tq, Tk>>;
+                               detail::arith_t<Tq, Tk>>;
   if (!opt.alibi_slopes.empty())
     detail::fail("attention: ALiBi slopes need scalar positions, not N-D points");
   if (q.dim() != Index(enc.dim()) || k.dim() != Index(enc.dim()))
@@ -182,6 +182,19 @@ void attention(const E& enc, TensorView<Tq> q, const PositionsND& pq, TensorView
     attention(id, e.q, qs, k, Positions::sequence(0.0), v, out, opt);
   else
     attention(id, e.q, qs, e.k, Positions::sequence(0.0), v, out, opt);
+}
+
+/// scores and attention with one encoding per query head (per_head.hpp) over N-D points.
+template <class E, class Tq, class Tk, class Out>
+void scores(const PerHead<E>& enc, TensorView<Tq> q, const PositionsND& tq, TensorView<Tk> k,
+            const PositionsND& tk, TensorView<Out> out, const ScoreOptions& opt = {}) {
+  detail::per_head::scores(enc, q, tq, k, tk, out, opt);
+}
+template <class E, class Tq, class Tk, class Tv, class To>
+void attention(const PerHead<E>& enc, TensorView<Tq> q, const PositionsND& tq, TensorView<Tk> k,
+               const PositionsND& tk, TensorView<Tv> v, TensorView<To> out,
+               const AttentionOptions& opt = {}) {
+  detail::per_head::attention(enc, q, tq, k, tk, v, out, opt);
 }
 
 }  // namespace peal

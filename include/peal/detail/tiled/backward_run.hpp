@@ -53,7 +53,7 @@ const auto& cross(const BasisChange<I>& e) {
 }
 
 // Matrices of the arithmetic type C (float, or double when an input stores double: the
-// forward's tiled::arith_t).
+// forward's detail::arith_t).
 template <class C>
 using RowMatrix = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class C>
@@ -208,7 +208,7 @@ class Run {
     if (!query && g_.keys_encoded) {  // k̂ = G(s) k as given
       for (Index r = 0; r < n; ++r)
         for (Index h = 0; h < H; ++h)
-          for (Index e = 0; e < d_; ++e) dst(r, h, e) = tiled::to_arith<C>(k_(b + r, h, e));
+          for (Index e = 0; e < d_; ++e) dst(r, h, e) = detail::to_arith<C>(k_(b + r, h, e));
       return;
     }
     const std::vector<double> rel = relative(query, I);
@@ -242,8 +242,8 @@ class Run {
     for (Index r = 0; r < n; ++r)
       for (Index h = 0; h < H; ++h)
         for (Index e = 0; e < d_; ++e)
-          xv(r, h, e) = query ? tiled::to_arith<C>(q_(b + r, h, e))
-                              : tiled::to_arith<C>(k_(b + r, h, e));
+          xv(r, h, e) = query ? detail::to_arith<C>(q_(b + r, h, e))
+                              : detail::to_arith<C>(k_(b + r, h, e));
     const std::vector<double> rel = relative(query, I);
     if (query)
       encode_queries_backward(enc_, ro(xv), Positions(rel), dv, token_range(dq_, b, n), eg);
