@@ -125,6 +125,16 @@ void write(const TensorView<T>& x, const std::vector<RowMatrix>& per_head) {
         x(i, h, e) = from_arith<std::remove_cv_t<T>>(per_head[std::size_t(h)](i, e));
 }
 
+// The calling thread's buffers for S, dS and a block's dk, kept between calls and grown when
+// needed, never zero-filled (every entry is written before it is read): fresh ones cost
+// page faults and zero-filling, half of the backward's time at n = 512 (perf, bench/README.md).
+inline double* kept_buffer(int which, Index n) {
+  thread_local std::vector<double> buffers[3];
+  std::vector<double>& b = buffers[which];
+  if (Index(b.size()) < n) b.resize(std::size_t(n));
+  return b.data();
+}
+
 template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv,
           class R>
 void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
@@ -150,8 +160,10 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
     dkacc[std::size_t(h)] = RowMatrix::Zero(nk, d);
   }
   const Index nb = std::max<Index>(1, std::min(nq, block_entries / std::max<Index>(1, Hq * nk)));
-  std::vector<double> S(static_cast<std::size_t>(Hq * nb * nk)), dS(S.size()),
-      tb(static_cast<std::size_t>(nb)), dk_block(static_cast<std::size_t>(nk * Hk * d));
+  double* const S = kept_buffer(0, Hq * nb * nk);
+  double* const dS = kept_buffer(1, Hq * nb * nk);
+  double* const dk_block = kept_buffer(2, nk * Hk * d);
+  std::vector<double> tb(static_cast<std::size_t>(nb));
   std::vector<Index> visible(tb.size());  // keys with s_j ≤ t_i (both sorted)
   std::vector<R> qpos_b;                        // a block's query-position gradient
   for (Index i0 = 0; i0 < nq; i0 += nb) {
@@ -163,29 +175,29 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
       visible[std::size_t(r)] = j;
     }
     const auto qb = tokens(q, i0, n);
-    const TensorView<double> Sv(S.data(), Hq, n, nk), dSv(dS.data(), Hq, n, nk);
+    const TensorView<double> Sv(S, Hq, n, nk);
     peal::scores(enc, qb, tqb, k, tk, Sv, so);
     for (Index h = 0; h < Hq; ++h) {  // dS = dO Vᵀ (masked entries are never read); dV += Sᵀ dO
       const Index kh = h / G;
       const RowMatrix dO = head_rows(dout, i0, n, h);
-      Eigen::Map<RowMatrix> Sh(S.data() + h * n * nk, n, nk), dSh(dS.data() + h * n * nk, n, nk);
+      Eigen::Map<RowMatrix> Sh(S + h * n * nk, n, nk), dSh(dS + h * n * nk, n, nk);
       dSh.noalias() = dO * vh[std::size_t(kh)].transpose();
       for (Index r = 0; r < n; ++r)  // masked: −∞ in S, no share of dV
         Sh.row(r).tail(nk - visible[std::size_t(r)]).setZero();
       dvacc[std::size_t(kh)].noalias() += Sh.transpose() * dO;
     }
-    const TensorView<double> dkb(dk.empty() ? nullptr : dk_block.data(), dk.empty() ? 0 : nk, Hk, d);
+    const TensorView<double> dkb(dk.empty() ? nullptr : dk_block, dk.empty() ? 0 : nk, Hk, d);
     if (g.query_positions) qpos_b.assign(std::size_t(n), R(0));
     const ScoresGradients<R> sg{g.parameters, g.query_positions ? &qpos_b : nullptr,
                                 g.key_positions, nullptr, g.decay};
-    peal::scores_backward(enc, qb, tqb, k, tk, TensorView<const double>(dS.data(), Hq, n, nk),
+    peal::scores_backward(enc, qb, tqb, k, tk, TensorView<const double>(dS, Hq, n, nk),
                           tokens(dq, i0, n), dkb, so, sg);
     if (g.query_positions)
       for (Index r = 0; r < n; ++r) (*g.query_positions)[std::size_t(i0 + r)] += qpos_b[std::size_t(r)];
     if (!dk.empty())
       for (Index h = 0; h < Hk; ++h)
         dkacc[std::size_t(h)] += Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>(
-            dk_block.data() + h * d, nk, d, Eigen::OuterStride<>(Hk * d));
+            dk_block + h * d, nk, d, Eigen::OuterStride<>(Hk * d));
   }
   if (!dk.empty()) write(dk, dkacc);
   if (!dv.empty()) write(dv, dvacc);

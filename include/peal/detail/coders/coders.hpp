@@ -305,6 +305,49 @@ class RotationBankCoder {
     } else {
       for (int i = 0; i < n; ++i) cc[i] = coef[i], ss[i] = -coef[n + i];
     }
+    apply_tables(cc, ss, x, xs, y, ys, heads);
+  }
+  // Encode's per-token form (CoderKernel, detail/encode/kernels.hpp): the loops' tables cc, ss
+  // (2 nb values each) straight from one row of relative(), as compose() then apply_heads()
+  // would leave them, bit for bit, without the coefficient row between (with one head, those
+  // two passes over the pairs cost 1.2x the rotation: bench/README.md). Returns whether the
+  // row is out of range (out_of_range()'s test: apply_exact() then).
+  bool row_tables(const double* rel, bool transpose, C* PEAL_RESTRICT cc,
+                  C* PEAL_RESTRICT ss) const {
+    const int n = nb_;
+    const double* PEAL_RESTRICT c = rel;
+    const double* PEAL_RESTRICT s = c + n;
+    const double sgn = transpose ? -1.0 : 1.0;
+    int out = 0;
+    if (!pure_) {  // tc = g c, ts = ± g s
+      const double* PEAL_RESTRICT g = s + n;
+      for (int b = 0; b < n; ++b) out |= !(g[b] < std::numeric_limits<double>::max());
+      if (interleaved_)
+        for (int b = 0; b < n; ++b) {
+          cc[2 * b] = cc[2 * b + 1] = C(g[b] * c[b]);
+          ss[2 * b] = C(sgn * g[b] * s[b]);
+          ss[2 * b + 1] = C(-(sgn * g[b] * s[b]));
+        }
+      else
+        for (int b = 0; b < n; ++b) cc[b] = C(g[b] * c[b]), ss[b] = C(-(sgn * g[b] * s[b]));
+      const int m = interleaved_ ? 2 * n : n;
+      for (int e = 0; e < m; ++e) out |= !std::isfinite(cc[e]) || !std::isfinite(ss[e]);
+      return out != 0;
+    }
+    if (interleaved_)
+      for (int b = 0; b < n; ++b) {
+        cc[2 * b] = cc[2 * b + 1] = C(c[b]);
+        ss[2 * b] = C(sgn * s[b]);
+        ss[2 * b + 1] = C(-(sgn * s[b]));
+      }
+    else
+      for (int b = 0; b < n; ++b) cc[b] = C(c[b]), ss[b] = C(-(sgn * s[b]));
+    return false;
+  }
+  // The loops of detail/coders/row_loops.hpp over the heads with tables from row_tables().
+  void apply_tables(const C* cc, const C* ss, const C* x, Index xs, C* y, Index ys,
+                    Index heads) const {
+    if (nb_ == 0) return;
     if (x == y && (heads == 1 || xs == ys))
       heads_in_place(y, ys, heads, cc, ss);
     else
@@ -765,6 +808,14 @@ template <class K, class C>
 struct has_apply_heads<K, C, std::void_t<decltype(std::declval<const K&>().apply_heads(
                                  (const C*)nullptr, (const C*)nullptr, Index(0), (C*)nullptr,
                                  Index(0), Index(0), false, false, (C*)nullptr))>>
+    : std::true_type {};
+// A coder whose tuned loops take their tables straight from a row of relative() (encode's
+// per-token form: row_tables, apply_tables).
+template <class K, class C, class = void>
+struct has_row_tables : std::false_type {};
+template <class K, class C>
+struct has_row_tables<K, C, std::void_t<decltype(std::declval<const K&>().row_tables(
+                                (const double*)nullptr, false, (C*)nullptr, (C*)nullptr))>>
     : std::true_type {};
 template <class K, class C>
 void apply_heads(const K& k, const C* coef, const C* x, Index xs, C* y, Index ys, Index heads,

@@ -436,6 +436,7 @@ struct has_coder_kernel<A, E, std::enable_if_t<std::is_same<real_t<typename E::S
 template <class A, class E>
 class CoderKernel {
   using Coder = coders::coder_t<A, E>;
+  static constexpr bool kTables = coders::has_row_tables<Coder, A>::value;
 
  public:
   CoderKernel(const E& e, Mode mode)
@@ -449,15 +450,25 @@ class CoderKernel {
   void prepare(double p) {
     tau_ = transpose_ ? p : -p;
     coder_.relative(&tau_, 1, rel_.data(), coder_.rel_size());
+    if constexpr (kTables) {  // the loops' tables straight from the row (rotation banks)
+      big_ = coder_.row_tables(rel_.data(), transpose_, scratch_.data(),
+                               scratch_.data() + coder_.dim());
+      return;
+    }
     coder_.compose(nullptr, rel_.data(), coder_.rel_size(), 1, coef_.data(), coder_.coef_size(),
                    transpose_);
     big_ = coder_.out_of_range(rel_.data(), coef_.data());
   }
   void inplace(A* x, Index heads, Index xs) { copy(x, xs, x, xs, heads); }
   void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
-    if (!big_)
-      return coders::apply_heads(coder_, coef_.data(), x, xs, y, ys, heads, transpose_,
-                                         factor_, scratch_.data());
+    if constexpr (kTables) {
+      if (!big_)
+        return coder_.apply_tables(scratch_.data(), scratch_.data() + coder_.dim(), x, xs, y,
+                                   ys, heads);
+    } else if (!big_) {
+      return coders::apply_heads(coder_, coef_.data(), x, xs, y, ys, heads, transpose_, factor_,
+                                 scratch_.data());
+    }
     for (Index h = 0; h < heads; ++h)
       coder_.apply_exact(tau_, rel_.data(), x + h * xs, y + h * ys, transpose_, factor_,
                          scratch_.data());
