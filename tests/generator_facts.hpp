@@ -14,26 +14,26 @@
 namespace peal_test {
 namespace generator_facts {
 
+/// The real parts of X's eigenvalues (Eigen's eigenvalue solver in long double).
+template <class M>
+peal::Vector<long double> real_parts(const M& X) {
+  if (X.size() == 0) return {};
+  const Eigen::EigenSolver<peal::Matrix<long double>> es(X, /*computeEigenvectors=*/false);
+  return es.eigenvalues().real();
+}
+
 /// max Re λ over the eigenvalues λ of X (−inf for an empty X).
 template <class M>
 long double max_real_part(const M& X) {
-  long double r = -std::numeric_limits<long double>::infinity();
-  if (X.size() == 0) return r;
-  const Eigen::EigenSolver<peal::Matrix<long double>> es(X, /*computeEigenvectors=*/false);
-  for (Eigen::Index i = 0; i < es.eigenvalues().size(); ++i)
-    r = std::max(r, es.eigenvalues()(i).real());
-  return r;
+  const peal::Vector<long double> re = real_parts(X);
+  return re.size() ? re.maxCoeff() : -std::numeric_limits<long double>::infinity();
 }
 
 /// max |Re λ|: the rate of the exponential factors of A(τ) = e^{τX}.
 template <class M>
 long double growth_rate(const M& X) {
-  long double r = 0;
-  if (X.size() == 0) return r;
-  const Eigen::EigenSolver<peal::Matrix<long double>> es(X, /*computeEigenvectors=*/false);
-  for (Eigen::Index i = 0; i < es.eigenvalues().size(); ++i)
-    r = std::max(r, std::abs(es.eigenvalues()(i).real()));
-  return r;
+  const peal::Vector<long double> re = real_parts(X);
+  return re.size() ? re.cwiseAbs().maxCoeff() : 0.0L;
 }
 
 /// An upper bound of the longest Jordan chain minus one: 0 for a normal X (X Xᵀ = Xᵀ X to the

@@ -7,8 +7,8 @@
 // the encode backward at relative positions) into dq, dk, ∂L/∂θ, ∂L/∂t, ∂L/∂s and ∂L/∂γ_h.
 // The three forms of the forward compute the same function, so one backward serves them all.
 // Queries are taken in blocks (at most 2^22 entries of S and dS per block, and at least one
-// query): per block S by scores() and dS by one product per head, in double; dV and dk sum
-// over the blocks in double and are written once. Memory: O(Hq · nb · nk) for a block of nb
+// query): per block S by scores() (only when dv is wanted) and dS by one product per head, in
+// double; dV and dk sum over the blocks in double and are written once. Memory: O(Hq · nb · nk) for a block of nb
 // queries and O((d + dv) · nk · Hk) for the sums, never O(nq · nk · Hq). Arithmetic: the
 // forward's for the scores (double if q, k or v stores double, float otherwise), double for
 // dS, dV and the sums; one thread for the backward's products (scores() may use threads),
@@ -108,31 +108,33 @@ TensorView<T> tokens(const TensorView<T>& x, Index i0, Index n) {
   return TensorView<T>(x.vector(i0, 0), n, x.heads(), x.dim(), x.strides());
 }
 
-// Head h of a view as a dense [tokens, dim] matrix in double.
+// The calling thread's buffers, kept between calls and grown when needed, never zero-filled
+// unless asked: fresh ones cost page faults and zero-filling, which were half of the backward's
+// time at n = 512 (perf, bench/README.md). Sizes are checked products: past the index range,
+// invalid_argument, never a wrapped small allocation.
+enum Buffer { kS, kdS, kdKBlock, kdK, kdV, kV, kdO, kBuffers };
+inline double* kept_buffer(Buffer which, Index a, Index b, Index c = 1) {
+  const Index n = checked_mul(checked_mul(a, b), c);
+  if (n < 0) fail("linear_attention_backward: a working buffer's size overflows the index range");
+  thread_local std::vector<double> buffers[kBuffers];
+  std::vector<double>& buf = buffers[which];
+  if (Index(buf.size()) < n) buf.resize(std::size_t(n));
+  return buf.data();
+}
+
+// Head h of a view as rows [tokens, dim] of `to` (ld `ld`), in double.
 template <class T>
-RowMatrix head_rows(const TensorView<T>& x, Index i0, Index n, Index h) {
-  RowMatrix m(n, x.dim());
+void gather(const TensorView<T>& x, Index i0, Index n, Index h, double* to, Index ld) {
   for (Index i = 0; i < n; ++i)
-    for (Index e = 0; e < x.dim(); ++e) m(i, e) = detail::to_arith<double>(x(i0 + i, h, e));
-  return m;
+    for (Index e = 0; e < x.dim(); ++e) to[i * ld + e] = to_arith<double>(x(i0 + i, h, e));
 }
 
 template <class T>
-void write(const TensorView<T>& x, const std::vector<RowMatrix>& per_head) {
-  for (Index h = 0; h < x.heads(); ++h)
-    for (Index i = 0; i < x.tokens(); ++i)
+void write(const TensorView<T>& x, const double* from) {  // from: [tokens, heads, dim], dense
+  for (Index i = 0; i < x.tokens(); ++i)
+    for (Index h = 0; h < x.heads(); ++h)
       for (Index e = 0; e < x.dim(); ++e)
-        x(i, h, e) = from_arith<std::remove_cv_t<T>>(per_head[std::size_t(h)](i, e));
-}
-
-// The calling thread's buffers for S, dS and a block's dk, kept between calls and grown when
-// needed, never zero-filled (every entry is written before it is read): fresh ones cost
-// page faults and zero-filling, half of the backward's time at n = 512 (perf, bench/README.md).
-inline double* kept_buffer(int which, Index n) {
-  thread_local std::vector<double> buffers[3];
-  std::vector<double>& b = buffers[which];
-  if (Index(b.size()) < n) b.resize(std::size_t(n));
-  return b.data();
+        x(i, h, e) = from_arith<std::remove_cv_t<T>>(from[(i * x.heads() + h) * x.dim() + e]);
 }
 
 template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv,
@@ -153,19 +155,22 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
   so.scale = linear::linear_scale(opt, d);
   so.decay = opt.decay;
   so.threads = opt.threads;
-  std::vector<RowMatrix> vh(static_cast<std::size_t>(Hk)), dvacc(vh.size()), dkacc(vh.size());
-  for (Index h = 0; h < Hk; ++h) {
-    vh[std::size_t(h)] = head_rows(v, 0, nk, h);
-    dvacc[std::size_t(h)] = RowMatrix::Zero(nk, dvn);
-    dkacc[std::size_t(h)] = RowMatrix::Zero(nk, d);
-  }
-  const Index nb = std::max<Index>(1, std::min(nq, block_entries / std::max<Index>(1, Hq * nk)));
-  double* const S = kept_buffer(0, Hq * nb * nk);
-  double* const dS = kept_buffer(1, Hq * nb * nk);
-  double* const dk_block = kept_buffer(2, nk * Hk * d);
+  using Map = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+  const Index hk_nk = checked_mul(Hq, nk);
+  const Index nb = std::max<Index>(1, std::min(nq, hk_nk < 0 ? 1 : block_entries / std::max<Index>(1, hk_nk)));
+  double* const S = kept_buffer(kS, Hq, nb, nk);
+  double* const dS = kept_buffer(kdS, Hq, nb, nk);
+  double* const dO = kept_buffer(kdO, nb, dvn);
+  double* const V = kept_buffer(kV, nk, Hk, dvn);  // [nk, Hk, dv], the keys' values in double
+  double* const dV = kept_buffer(kdV, nk, Hk, dvn);
+  double* const dK = kept_buffer(kdK, nk, Hk, d);
+  double* const dk_block = kept_buffer(kdKBlock, nk, Hk, d);
+  for (Index h = 0; h < Hk; ++h) gather(v, 0, nk, h, V + h * dvn, Hk * dvn);
+  std::fill(dV, dV + nk * Hk * dvn, 0.0);
+  std::fill(dK, dK + nk * Hk * d, 0.0);
   std::vector<double> tb(static_cast<std::size_t>(nb));
   std::vector<Index> visible(tb.size());  // keys with s_j ≤ t_i (both sorted)
-  std::vector<R> qpos_b;                        // a block's query-position gradient
+  std::vector<R> qpos_b;                  // a block's query-position gradient
   for (Index i0 = 0; i0 < nq; i0 += nb) {
     const Index n = std::min(nb, nq - i0);
     for (Index r = 0; r < n; ++r) tb[std::size_t(r)] = tq[i0 + r];
@@ -175,16 +180,18 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
       visible[std::size_t(r)] = j;
     }
     const auto qb = tokens(q, i0, n);
-    const TensorView<double> Sv(S, Hq, n, nk);
-    peal::scores(enc, qb, tqb, k, tk, Sv, so);
+    if (!dv.empty()) peal::scores(enc, qb, tqb, k, tk, TensorView<double>(S, Hq, n, nk), so);
     for (Index h = 0; h < Hq; ++h) {  // dS = dO Vᵀ (masked entries are never read); dV += Sᵀ dO
       const Index kh = h / G;
-      const RowMatrix dO = head_rows(dout, i0, n, h);
-      Eigen::Map<RowMatrix> Sh(S + h * n * nk, n, nk), dSh(dS + h * n * nk, n, nk);
-      dSh.noalias() = dO * vh[std::size_t(kh)].transpose();
+      gather(dout, i0, n, h, dO, dvn);
+      const Eigen::Map<const RowMatrix> dOh(dO, n, dvn);
+      const Map Vh(V + kh * dvn, nk, dvn, Eigen::OuterStride<>(Hk * dvn));
+      Eigen::Map<RowMatrix>(dS + h * n * nk, n, nk).noalias() = dOh * Vh.transpose();
+      if (dv.empty()) continue;
+      Eigen::Map<RowMatrix> Sh(S + h * n * nk, n, nk);
       for (Index r = 0; r < n; ++r)  // masked: −∞ in S, no share of dV
         Sh.row(r).tail(nk - visible[std::size_t(r)]).setZero();
-      dvacc[std::size_t(kh)].noalias() += Sh.transpose() * dO;
+      Map(dV + kh * dvn, nk, dvn, Eigen::OuterStride<>(Hk * dvn)).noalias() += Sh.transpose() * dOh;
     }
     const TensorView<double> dkb(dk.empty() ? nullptr : dk_block, dk.empty() ? 0 : nk, Hk, d);
     if (g.query_positions) qpos_b.assign(std::size_t(n), R(0));
@@ -195,12 +202,10 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
     if (g.query_positions)
       for (Index r = 0; r < n; ++r) (*g.query_positions)[std::size_t(i0 + r)] += qpos_b[std::size_t(r)];
     if (!dk.empty())
-      for (Index h = 0; h < Hk; ++h)
-        dkacc[std::size_t(h)] += Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>(
-            dk_block + h * d, nk, d, Eigen::OuterStride<>(Hk * d));
+      for (Index x = 0; x < nk * Hk * d; ++x) dK[x] += dk_block[x];
   }
-  if (!dk.empty()) write(dk, dkacc);
-  if (!dv.empty()) write(dv, dvacc);
+  if (!dk.empty()) write(dk, dK);
+  if (!dv.empty()) write(dv, dV);
 }
 
 }  // namespace linear_backward

@@ -317,32 +317,27 @@ class RotationBankCoder {
     const int n = nb_;
     const double* PEAL_RESTRICT c = rel;
     const double* PEAL_RESTRICT s = c + n;
+    const double* PEAL_RESTRICT g = s + n;  // e^{a δ}, unless pure (then 1: g c = c exactly)
     const double sgn = transpose ? -1.0 : 1.0;
-    int out = 0;
-    if (!pure_) {  // tc = g c, ts = ± g s
-      const double* PEAL_RESTRICT g = s + n;
-      for (int b = 0; b < n; ++b) out |= !(g[b] < std::numeric_limits<double>::max());
-      if (interleaved_)
-        for (int b = 0; b < n; ++b) {
-          cc[2 * b] = cc[2 * b + 1] = C(g[b] * c[b]);
-          ss[2 * b] = C(sgn * g[b] * s[b]);
-          ss[2 * b + 1] = C(-(sgn * g[b] * s[b]));
-        }
-      else
-        for (int b = 0; b < n; ++b) cc[b] = C(g[b] * c[b]), ss[b] = C(-(sgn * g[b] * s[b]));
-      const int m = interleaved_ ? 2 * n : n;
-      for (int e = 0; e < m; ++e) out |= !std::isfinite(cc[e]) || !std::isfinite(ss[e]);
-      return out != 0;
-    }
-    if (interleaved_)
+    const bool pure = pure_;
+    if (interleaved_)  // tc = g c, ts = ± g s
       for (int b = 0; b < n; ++b) {
-        cc[2 * b] = cc[2 * b + 1] = C(c[b]);
-        ss[2 * b] = C(sgn * s[b]);
-        ss[2 * b + 1] = C(-(sgn * s[b]));
+        const double gb = pure ? 1.0 : g[b], tc = gb * c[b], ts = sgn * gb * s[b];
+        cc[2 * b] = cc[2 * b + 1] = C(tc);
+        ss[2 * b] = C(ts);
+        ss[2 * b + 1] = C(-ts);
       }
     else
-      for (int b = 0; b < n; ++b) cc[b] = C(c[b]), ss[b] = C(-(sgn * s[b]));
-    return false;
+      for (int b = 0; b < n; ++b) {
+        const double gb = pure ? 1.0 : g[b];
+        cc[b] = C(gb * c[b]), ss[b] = C(-(sgn * gb * s[b]));
+      }
+    if (pure_) return false;
+    int out = 0;
+    for (int b = 0; b < n; ++b) out |= !(g[b] < std::numeric_limits<double>::max());
+    const int m = interleaved_ ? 2 * n : n;
+    for (int e = 0; e < m; ++e) out |= !std::isfinite(cc[e]) || !std::isfinite(ss[e]);
+    return out != 0;
   }
   // The loops of detail/coders/row_loops.hpp over the heads with tables from row_tables().
   void apply_tables(const C* cc, const C* ss, const C* x, Index xs, C* y, Index ys,
