@@ -23,6 +23,7 @@ template <class S>
 using Traits = Eigen::internal::gebp_traits<S, S>;
 template <class S, int Order>
 using In = const_blas_data_mapper<S, Index, Order>;
+using MatrixXld = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
 }  // namespace peal_test_eigen
 
 // The packing and micro-kernels of general_matrix_matrix_product for both storage orders of
@@ -68,19 +69,23 @@ using In = const_blas_data_mapper<S, Index, Order>;
   PEAL_TEST_EIGEN_KERNELS_OF(EXT, double)     \
   PEAL_TEST_EIGEN_KERNELS_OF(EXT, long double)
 
-// The decompositions, in double: the dense fallback's growth rate (generic_rate in
+// The decompositions: in double, the dense fallback's growth rate (generic_rate in
 // include/peal/detail/coders/coders.hpp: EigenSolver, through RealSchur) for the toy block and
-// the dense encodings the tests run, and the references' condition numbers (JacobiSVD). Their
-// compute() members are defined outside their classes too; clang -ftime-trace put EigenSolver
-// at 10 of the 18 s of test_block_protocol.cpp's -O0 compile. Defined in
-// tests/kernels/eigen_decompositions.cpp.
+// the dense encodings the tests run, and the references' condition numbers (JacobiSVD); in long
+// double, the suites' facts of a generator (tests/generator_facts.hpp: EigenSolver), which
+// every TU that runs a conformance or linear suite instantiated (~10-19 s of g++ -O2 each:
+// test_conformance_rope.cpp 25.4 s, 6.5 s before the facts). Their compute() members are
+// defined outside their classes too; clang -ftime-trace put EigenSolver at 10 of the 18 s of
+// test_block_protocol.cpp's -O0 compile. Defined in tests/kernels/eigen_decompositions.cpp.
 // EigenSolver's compute() is a member template (on the input's type), which the class's
 // explicit instantiation does not cover: it is named on its own.
-#define PEAL_TEST_EIGEN_DECOMPOSITIONS(EXT)                                                      \
-  EXT template class Eigen::RealSchur<Eigen::MatrixXd>;                                          \
-  EXT template class Eigen::EigenSolver<Eigen::MatrixXd>;                                        \
-  EXT template Eigen::EigenSolver<Eigen::MatrixXd>&                                              \
-  Eigen::EigenSolver<Eigen::MatrixXd>::compute(const Eigen::EigenBase<Eigen::MatrixXd>&, bool); \
+#define PEAL_TEST_EIGEN_SOLVER(EXT, M)  \
+  EXT template class Eigen::RealSchur<M>; \
+  EXT template class Eigen::EigenSolver<M>; \
+  EXT template Eigen::EigenSolver<M>& Eigen::EigenSolver<M>::compute(const Eigen::EigenBase<M>&, bool);
+#define PEAL_TEST_EIGEN_DECOMPOSITIONS(EXT)                                      \
+  PEAL_TEST_EIGEN_SOLVER(EXT, Eigen::MatrixXd)                                   \
+  PEAL_TEST_EIGEN_SOLVER(EXT, peal_test_eigen::MatrixXld)                        \
   EXT template class Eigen::JacobiSVD<Eigen::MatrixXd>;
 
 PEAL_TEST_EIGEN_KERNELS(extern)

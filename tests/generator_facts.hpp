@@ -1,7 +1,7 @@
 // What the suites need to know of an encoding whose type they have no overload for (a user's
 // block, tests/toy_block.hpp), read from its long double generator X: independent of the
-// kernels, which read the block's traits instead. Templates on purpose: Eigen's eigenvalue
-// solver in long double compiles only in the TUs that run such a family (docs/build-cost.md §6).
+// kernels, which read the block's traits instead. Eigen's eigenvalue solver in long double is
+// compiled once (tests/eigen_kernels.hpp declares it extern; tests/kernels/eigen_decompositions.cpp).
 #pragma once
 
 #include <Eigen/Eigenvalues>
@@ -18,7 +18,10 @@ namespace generator_facts {
 template <class M>
 peal::Vector<long double> real_parts(const M& X) {
   if (X.size() == 0) return {};
-  const Eigen::EigenSolver<peal::Matrix<long double>> es(X, /*computeEigenvectors=*/false);
+  // A plain matrix: the solver's compute() is a member template on the input's type, and the
+  // extern one is for this type.
+  const peal::Matrix<long double> Xm = X;
+  const Eigen::EigenSolver<peal::Matrix<long double>> es(Xm, /*computeEigenvectors=*/false);
   return es.eigenvalues().real();
 }
 
