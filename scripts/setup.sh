@@ -4,12 +4,15 @@
 # sanitizer, ThreadSanitizer and fuzzing checks (scripts/sanitize.sh, tsan.sh, fuzz.sh);
 # gnuplot-nox (optional) draws docs/pictures (cmake --build build --target peal_pictures);
 # time (GNU time) serves scripts/compile_cost.sh and scripts/time_compile.sh; lld links the
-# test and example executables (CMakeLists.txt, PEAL_USE_LLD).
+# test and example executables (CMakeLists.txt, PEAL_USE_LLD); python3-torch, python3-pytest,
+# python3-dev and pybind11-dev serve the PyTorch op (python/: built and tested for Debian's
+# /usr/bin/python3).
 # Set PEAL_SETUP_EXTRA for more packages.
 set -euo pipefail
 
 packages=(g++ cmake make libeigen3-dev catch2 nlohmann-json3-dev libbenchmark-dev
-          libopenblas-dev libomp-dev clang libclang-rt-dev lld gnuplot-nox time ${PEAL_SETUP_EXTRA:-})
+          libopenblas-dev libomp-dev clang libclang-rt-dev lld gnuplot-nox time
+          python3-torch python3-pytest python3-dev pybind11-dev ${PEAL_SETUP_EXTRA:-})
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,4 +1,4 @@
-// Gradients of encode_queries and encode_keys (docs/gradients.md §2): given the gradient G of
+// Gradients of encode_queries and encode_keys (docs/gradients.md §3): given the gradient G of
 // a loss with respect to the encoded rows,
 //   queries  q~ = F(t) q = A(t)ᵀ q:   dq = A(t) G,       ∂L/∂θ_k += Σ_h q_hᵀ ∂A(t)/∂θ_k g_h,
 //                                     ∂L/∂t += Σ_h q_hᵀ X A(t) g_h;

@@ -78,7 +78,7 @@ class JordanBlock : public Encoding<JordanBlock<M, S>, S> {
     for (int i = 0; i < M; ++i) v(i) = y[i];
   }
 
-  /// ∂A(τ)/∂λ = τ A(τ) (k = 0, the only parameter: ∂X/∂λ = I; docs/gradients.md §1).
+  /// ∂A(τ)/∂λ = τ A(τ) (k = 0, the only parameter: ∂X/∂λ = I; docs/gradients.md §2).
   MatrixType dA(Real tau, int /*k*/) const {
     detail::require_finite(tau, "dA", "tau");
     Real c[M];

@@ -80,7 +80,7 @@ class RotationJordanBlock : public Encoding<RotationJordanBlock<M, S>, S> {
     for (int i = 0; i < Dim; ++i) v(i) = y(i);
   }
 
-  /// ∂A(τ)/∂θ_k (docs/gradients.md §1): k = 0, ω: τ (I ⊗ J) A(τ), J = [[0, 1], [−1, 0]]
+  /// ∂A(τ)/∂θ_k (docs/gradients.md §2): k = 0, ω: τ (I ⊗ J) A(τ), J = [[0, 1], [−1, 0]]
   /// (∂X/∂ω = I ⊗ J commutes with X), block (i, j) = τ c_{j−i} [[−s, c], [−c, −s]];
   /// k = 1, a: τ A(τ).
   MatrixType dA(Real tau, int k) const {

@@ -28,7 +28,7 @@
 // before the encode backward, whose rotation-bank pair sums need one storage type); positions,
 // anchors, the decay factors and the parameter gradients in double. One thread,
 // deterministic. PerHead (one encoding per query head): each head's backward on its slices,
-// below. Not yet: N-D points, threads (docs/gradients.md §5).
+// below. Not yet: N-D points, threads (docs/gradients.md §6).
 #pragma once
 
 #include <algorithm>

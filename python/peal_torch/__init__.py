@@ -1,0 +1,286 @@
+"""peal_torch: peal's fused attention and encode as PyTorch autograd functions.
+
+The encoding is a bank of rotations on the first 2n coordinates of each head (the rest pass
+through): pair i rotates by omega_i * t and, with a damping a_i, scales by exp(a_i * t), so
+
+    score(q, t; k, s) = q^T A(t - s) k,   A(tau) = diag(exp(a_i tau) R(omega_i tau)) (+) I.
+
+a = 0 is RoPE with inv_freq = omega (HF's rotate_half layout, "half_split", or the
+GPT-J/Meta "interleaved" one), a < 0 an xPos/RetNet-like damped rotation. Gradients are
+exact and deterministic, for q, k, v, the frequencies, the dampings, the positions (learned
+or data-dependent timestamps), ALiBi slopes and attention sinks: the backward kernels of
+include/peal/attention_backward.hpp and include/peal/encode_backward.hpp (docs/gradients.md).
+
+Tensors are token-major, as peal's: [tokens, heads, dim], or [batch, tokens, heads, dim]
+with positions [tokens] (shared) or [batch, tokens]. float32 or float64 on the CPU. The
+kernels compute in the storage type (float32 in float32, as the forward does); positions,
+frequencies, dampings, slopes, sinks and their gradients are float64 inside.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+import _peal_torch as _ext
+
+__all__ = ["attention", "encode"]
+
+_LAYOUTS = ("half_split", "interleaved")
+
+
+def _dtype_name(x):
+    if x.dtype == torch.float32:
+        return "float32"
+    if x.dtype == torch.float64:
+        return "float64"
+    raise ValueError(f"peal_torch: tensors must be float32 or float64, got {x.dtype}")
+
+
+def _np(x, dtype):
+    """A NumPy view of a CPU tensor (contiguous, detached) in dtype."""
+    if x.device.type != "cpu":
+        raise ValueError("peal_torch: tensors must be on the CPU")
+    return x.detach().to(dtype).contiguous().numpy()
+
+
+def _parameters(inv_freq, damping):
+    if inv_freq.dim() != 1:
+        raise ValueError("peal_torch: inv_freq must be 1-D (one frequency per rotary pair)")
+    if damping is None:
+        return inv_freq, None
+    if damping.shape != inv_freq.shape:
+        raise ValueError("peal_torch: damping must have inv_freq's shape")
+    return inv_freq, damping
+
+
+def _batched(x, name):
+    if x.dim() == 3:
+        return x.unsqueeze(0), False
+    if x.dim() == 4:
+        return x, True
+    raise ValueError(f"peal_torch: {name} must be [tokens, heads, dim] or [batch, tokens, heads, dim]")
+
+
+def _positions(t, batch, tokens, name):
+    """t as a float64 [batch, tokens] tensor (a shared [tokens] one expanded)."""
+    t = t.detach().to(torch.float64)
+    if t.dim() == 1:
+        t = t.unsqueeze(0).expand(batch, -1)
+    if t.shape != (batch, tokens):
+        raise ValueError(f"peal_torch: {name} must be [{tokens}] or [{batch}, {tokens}], got {list(t.shape)}")
+    return t
+
+
+def _reduce_positions(g, t):
+    """The gradient of positions given as t ([tokens] shared by the batch: summed)."""
+    g = g.to(t.dtype)
+    return g.sum(0) if t.dim() == 1 else g
+
+
+@dataclass(frozen=True)
+class _Settings:
+    interleaved: bool
+    causal: bool
+    window: float
+    softcap: float
+    scale: Optional[float]
+    threads: int
+
+
+def _options(cfg, slopes, sinks):
+    o = _ext.Options()
+    o.causal = cfg.causal
+    o.window = cfg.window
+    o.softcap = cfg.softcap
+    o.scale = cfg.scale
+    o.threads = cfg.threads
+    o.alibi_slopes = None if slopes is None else _np(slopes, torch.float64)
+    o.sinks = None if sinks is None else _np(sinks, torch.float64)
+    return o
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, tq, tk, omega, a, slopes, sinks, cfg):
+        name = _dtype_name(q)
+        qb, batched = _batched(q, "q")
+        kb, _ = _batched(k, "k")
+        vb, _ = _batched(v, "v")
+        if not (qb.shape[0] == kb.shape[0] == vb.shape[0]):
+            raise ValueError("peal_torch: q, k and v must have the same batch size")
+        B = qb.shape[0]
+        ptq = _positions(tq, B, qb.shape[1], "tq")
+        ptk = _positions(tk, B, kb.shape[1], "tk")
+        a_ = torch.zeros_like(omega) if a is None else a
+        om, an = _np(omega, torch.float64), _np(a_, torch.float64)
+        opt = _options(cfg, slopes, sinks)
+        fwd = getattr(_ext, "attention_forward_" + name)
+        outs, lses = [], []
+        for b in range(B):
+            out, lse = fwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
+                           _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an,
+                           cfg.interleaved, opt)
+            outs.append(torch.from_numpy(out))
+            lses.append(torch.from_numpy(lse))
+        out = torch.stack(outs)
+        lse = torch.stack(lses)
+        ctx.save_for_backward(q, k, v, tq, tk, omega, a, slopes, sinks)
+        ctx.forward_results = (out, lse)  # batched; the backward reads them, nothing writes them
+        ctx.cfg = cfg
+        ctx.batched = batched
+        if not batched:
+            out, lse = out[0], lse[0]
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, _d_lse):
+        q, k, v, tq, tk, omega, a, slopes, sinks = ctx.saved_tensors
+        out, lse = ctx.forward_results
+        cfg = ctx.cfg
+        name = _dtype_name(q)
+        need = ctx.needs_input_grad
+        qb, _ = _batched(q, "q")
+        kb, _ = _batched(k, "k")
+        vb, _ = _batched(v, "v")
+        dob = d_out if ctx.batched else d_out.unsqueeze(0)
+        B = qb.shape[0]
+        ptq = _positions(tq, B, qb.shape[1], "tq")
+        ptk = _positions(tk, B, kb.shape[1], "tk")
+        a_ = torch.zeros_like(omega) if a is None else a
+        om, an = _np(omega, torch.float64), _np(a_, torch.float64)
+        opt = _options(cfg, slopes, sinks)
+        w = _ext.Wants()
+        w.q, w.k, w.v = need[0], need[1], need[2]
+        w.tq, w.tk = need[3], need[4]
+        w.parameters = need[5] or need[6]
+        w.slopes, w.sinks = need[7], need[8]
+        bwd = getattr(_ext, "attention_backward_" + name)
+        parts = [[] for _ in range(8)]
+        for b in range(B):
+            got = bwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
+                      _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
+                      _np(out[b], q.dtype), _np(lse[b], torch.float64), _np(dob[b], q.dtype), w)
+            for i, g in enumerate(got):
+                if g is not None:
+                    parts[i].append(torch.from_numpy(g))
+
+        def stacked(i):
+            g = torch.stack(parts[i])
+            return g if ctx.batched else g[0]
+
+        def summed(i):
+            return torch.stack(parts[i]).sum(0)
+
+        dq = stacked(0) if w.q else None
+        dk = stacked(1) if w.k else None
+        dv = stacked(2) if w.v else None
+        dtq = _reduce_positions(torch.stack(parts[4]), tq) if w.tq else None
+        dtk = _reduce_positions(torch.stack(parts[5]), tk) if w.tk else None
+        d_omega = d_a = None
+        if w.parameters:
+            g = summed(3)
+            n = omega.shape[0]
+            d_omega = g[:n].to(omega.dtype) if need[5] else None
+            d_a = g[n:].to(a.dtype) if need[6] else None
+        d_slopes = summed(6).to(slopes.dtype) if w.slopes else None
+        d_sinks = summed(7).to(sinks.dtype) if w.sinks else None
+        return dq, dk, dv, dtq, dtk, d_omega, d_a, d_slopes, d_sinks, None
+
+
+class _Encode(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, t, omega, a, interleaved, query):
+        name = _dtype_name(x)
+        xb, batched = _batched(x, "x")
+        B = xb.shape[0]
+        pt = _positions(t, B, xb.shape[1], "t")
+        a_ = torch.zeros_like(omega) if a is None else a
+        om, an = _np(omega, torch.float64), _np(a_, torch.float64)
+        fwd = getattr(_ext, "encode_forward_" + name)
+        y = torch.stack([torch.from_numpy(fwd(_np(xb[b], x.dtype), _np(pt[b], torch.float64), om, an,
+                                              interleaved, query)) for b in range(B)])
+        ctx.save_for_backward(x, t, omega, a)
+        ctx.settings = (interleaved, query, batched)
+        return y if batched else y[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, t, omega, a = ctx.saved_tensors
+        interleaved, query, batched = ctx.settings
+        need = ctx.needs_input_grad
+        name = _dtype_name(x)
+        xb, _ = _batched(x, "x")
+        dyb = dy if batched else dy.unsqueeze(0)
+        B = xb.shape[0]
+        pt = _positions(t, B, xb.shape[1], "t")
+        a_ = torch.zeros_like(omega) if a is None else a
+        om, an = _np(omega, torch.float64), _np(a_, torch.float64)
+        bwd = getattr(_ext, "encode_backward_" + name)
+        want_par = need[2] or need[3]
+        dxs, gpar, gts = [], [], []
+        for b in range(B):
+            dx, gp, gt = bwd(_np(xb[b], x.dtype), _np(pt[b], torch.float64), om, an, interleaved, query,
+                             _np(dyb[b], x.dtype), need[0], want_par, need[1])
+            if dx is not None:
+                dxs.append(torch.from_numpy(dx))
+            if gp is not None:
+                gpar.append(torch.from_numpy(gp))
+            if gt is not None:
+                gts.append(torch.from_numpy(gt))
+        dx = None
+        if need[0]:
+            dx = torch.stack(dxs)
+            dx = dx if batched else dx[0]
+        dt = _reduce_positions(torch.stack(gts), t) if need[1] else None
+        d_omega = d_a = None
+        if want_par:
+            g = torch.stack(gpar).sum(0)
+            n = omega.shape[0]
+            d_omega = g[:n].to(omega.dtype) if need[2] else None
+            d_a = g[n:].to(a.dtype) if need[3] else None
+        return dx, dt, d_omega, d_a, None, None
+
+
+def _layout(layout):
+    if layout not in _LAYOUTS:
+        raise ValueError(f"peal_torch: layout must be one of {_LAYOUTS}, got {layout!r}")
+    return layout == "interleaved"
+
+
+def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", causal=False,
+              window=None, alibi_slopes=None, softcap=0.0, sinks=None, scale=None, threads=0,
+              return_lse=False):
+    """Softmax attention with the rotation bank (inv_freq, damping) applied to q and k.
+
+    q [nq, Hq, d], k [nk, Hk, d], v [nk, Hk, dv] (Hq a multiple of Hk: grouped-query heads),
+    or each with a leading batch dimension; tq [nq] and tk [nk] positions (any real numbers,
+    float64 inside), or [batch, n]. inv_freq (and damping, same shape) act on the first
+    2 * len(inv_freq) coordinates of each head. Options as peal::AttentionOptions
+    (include/peal/attention.hpp): causal (mask s_j > t_i), window (mask t_i - s_j >= window),
+    alibi_slopes [Hq] (adds -m_h (t_i - s_j)), softcap c (c tanh(x / c)), sinks [Hq] (e^{sigma_h}
+    joins each row's denominator), scale (default 1/sqrt(d)). Every tensor argument may
+    require grad. Returns out [nq, Hq, dv] (and lse [nq, Hq], natural log, with return_lse).
+    """
+    interleaved = _layout(layout)
+    inv_freq, damping = _parameters(inv_freq, damping)
+    cfg = _Settings(interleaved, bool(causal), math.inf if window is None else float(window),
+                    float(softcap), None if scale is None else float(scale), int(threads))
+    out, lse = _Attention.apply(q, k, v, tq, tk, inv_freq, damping, alibi_slopes, sinks, cfg)
+    return (out, lse) if return_lse else out
+
+
+def encode(x, t, inv_freq, *, damping=None, layout="half_split", side="query"):
+    """The encoded rows: F(t) x for side="query", G(t) x for side="key".
+
+    For RoPE (no damping) both are HF's apply_rotary_pos_emb of x at positions t; with a
+    damping the query side is scaled by exp(a t) and the key side by exp(-a t), so that
+    encode(q, t, side="query") . encode(k, s, side="key") = q^T A(t - s) k.
+    """
+    if side not in ("query", "key"):
+        raise ValueError(f"peal_torch: side must be 'query' or 'key', got {side!r}")
+    interleaved = _layout(layout)
+    inv_freq, damping = _parameters(inv_freq, damping)
+    return _Encode.apply(x, t, inv_freq, damping, interleaved, side == "query")

@@ -1,0 +1,74 @@
+"""The formulas peal_torch computes, written as plain PyTorch autograd code (the tests' oracle).
+
+RoPE exactly as HF's modeling code applies it (rotate_half on the half-split layout; the
+GPT-J/Meta rotate-every-two on the interleaved one), with a damping exp(+a t) on queries and
+exp(-a s) on keys, then scores, masks, ALiBi, softcap, sinks and softmax as
+include/peal/attention.hpp documents them.
+"""
+
+import math
+
+import torch
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x):
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def encode(x, t, inv_freq, damping=None, layout="half_split", side="query"):
+    """x [..., n, H, d], t [n] or [..., n]: the encoded rows (F(t) x or G(t) x)."""
+    r = 2 * inv_freq.shape[0]
+    t = t.to(x.dtype) if t.dtype != x.dtype else t
+    freqs = t[..., :, None] * inv_freq.to(x.dtype)  # [..., n, r/2]
+    if layout == "half_split":
+        emb = torch.cat((freqs, freqs), dim=-1)
+        rot = rotate_half
+    else:
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)
+        rot = rotate_every_two
+    cos, sin = emb.cos()[..., None, :], emb.sin()[..., None, :]
+    xr = x[..., :r]
+    y = xr * cos + rot(xr) * sin
+    if damping is not None:
+        g = t[..., :, None] * damping.to(x.dtype)
+        g = torch.cat((g, g), -1) if layout == "half_split" else torch.repeat_interleave(g, 2, -1)
+        y = y * torch.exp(g if side == "query" else -g)[..., None, :]
+    return torch.cat((y, x[..., r:]), dim=-1)
+
+
+def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", causal=False,
+              window=None, alibi_slopes=None, softcap=0.0, sinks=None, scale=None):
+    """Unbatched: q [nq, Hq, d], k [nk, Hk, d], v [nk, Hk, dv], tq [nq], tk [nk]."""
+    nq, Hq, d = q.shape
+    Hk = k.shape[1]
+    qe = encode(q, tq, inv_freq, damping, layout, "query")
+    ke = encode(k, tk, inv_freq, damping, layout, "key")
+    ke = ke.repeat_interleave(Hq // Hk, dim=1)
+    ve = v.repeat_interleave(Hq // Hk, dim=1)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    x = torch.einsum("ihd,jhd->hij", qe, ke) * scale
+    if softcap:
+        x = softcap * torch.tanh(x / softcap)
+    tau = tq.to(q.dtype)[:, None] - tk.to(q.dtype)[None, :]
+    if alibi_slopes is not None:
+        x = x - alibi_slopes.to(q.dtype)[:, None, None] * tau
+    mask = torch.zeros_like(tau, dtype=torch.bool)
+    if causal:
+        mask |= tau < 0
+    if window is not None:
+        mask |= tau >= window
+    x = x.masked_fill(mask, -math.inf)
+    if sinks is not None:
+        s = sinks.to(q.dtype)[:, None, None].expand(Hq, nq, 1)
+        x = torch.cat((x, s), dim=-1)
+    p = torch.softmax(x, dim=-1)
+    if sinks is not None:
+        p = p[..., :-1]
+    p = torch.nan_to_num(p, nan=0.0)  # rows with no visible key and no sink: out = 0
+    return torch.einsum("hij,jhd->ihd", p, ve)
