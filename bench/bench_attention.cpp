@@ -135,8 +135,9 @@ void BM_prefill(benchmark::State& state, bool causal) {
 // (peal::attention keeping lse); the unfused pipeline of the same gradients (encode q and k,
 // per head P = exp(S − lse) from a full n x n GEMM, dV = Pᵀ dO, dP = dO Vᵀ, dS = P (dP − D),
 // dQ̃ = dS K̃, dK̃ = dSᵀ Q̃ by Eigen's GEMMs, then the encode backward of each side with the
-// frequencies' gradient); and those five GEMMs alone. All float, one thread; H = 4 heads or
-// one (state.range(1)). vs_x = x's time / the backward's. GFLOPS counts the five n² d
+// frequencies' gradient); and those five GEMMs alone; and the backward on two threads
+// (threads2). All float, one thread but threads2; H = 4 heads or one (state.range(1)).
+// vs_x = x's time / the backward's. GFLOPS counts the five n² d
 // products (half of them causal; the unfused pipeline and the GEMMs compute all of them).
 void BM_backward(benchmark::State& state, bool causal) {
   const Index n = state.range(0), H = state.range(1), d = kDim;
@@ -164,13 +165,19 @@ void BM_backward(benchmark::State& state, bool causal) {
   bo.lse = nullptr;
   const std::vector<double> lse0 = lse;
   const std::vector<float> out0 = out;
-  auto backward = [&] {
-    peal::attention_backward(enc, q, pos, k, pos, v, TensorView<const float>(out0.data(), n, H, d),
-                             lse0, TensorView<const float>(dout.data(), n, H, d),
-                             TensorView<float>(dq.data(), n, H, d),
-                             TensorView<float>(dk.data(), n, H, d),
-                             TensorView<float>(dv.data(), n, H, d), bo, {&gp});
+  auto backward_with = [&](int threads) {
+    return [&, threads] {
+      AttentionOptions o = bo;
+      o.threads = threads;
+      peal::attention_backward(enc, q, pos, k, pos, v,
+                               TensorView<const float>(out0.data(), n, H, d), lse0,
+                               TensorView<const float>(dout.data(), n, H, d),
+                               TensorView<float>(dq.data(), n, H, d),
+                               TensorView<float>(dk.data(), n, H, d),
+                               TensorView<float>(dv.data(), n, H, d), o, {&gp});
+    };
   };
+  const auto backward = backward_with(1);
   std::vector<float> qe(out.size()), ke(out.size()), dqe(out.size()), dke(out.size());
   RowMat S(n, n), dP(n, n);
   auto gemms = [&](bool softmax) {
@@ -211,6 +218,7 @@ void BM_backward(benchmark::State& state, bool causal) {
   const double flops = 10.0 * double(n) * double(n) * double(d) * double(H) * (causal ? 0.5 : 1.0);
   paired_run(state,
              {{"", 1, backward},
+              {"threads2", 2, backward_with(2)},
               {"forward", 1, forward},
               {"unfused", 1, unfused},
               {"gemms", 1, [&] { gemms(false); }}},

@@ -256,6 +256,34 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
   check_all("key position", gs, c.ds, c.ms, relpos, floor);
   if (sh.alibi) check_all("ALiBi slope", gm, c.dm, c.mm, rel, floor);
   if (sh.sinks) check_all("sink", gsk, c.dsink, c.msink, rel, floor);
+  // Any thread count gives the bits of the call above (opt.threads = 0: OpenMP's maximum): the
+  // shards of the query tiles depend on the sizes alone (detail/tiled/backward_run.hpp).
+  if (!strided)
+    for (int threads : {1, 3}) {
+      peal::AttentionOptions o = c.opt;
+      o.threads = threads;
+      std::vector<double> dq1(dq.size()), dk1(dk.size()), dv1(dv.size()), gp1(gp.size()),
+          gt1(gt.size()), gs1(gs.size()), gm1(gm.size()), gsk1(gsk.size());
+      peal::attention_backward(
+          c.enc, TensorView<const T>(qs.data(), sh.nq, sh.Hq, d), peal::Positions(c.tq),
+          TensorView<const T>(ks.data(), sh.nk, sh.Hk, d), peal::Positions(c.tk),
+          TensorView<const T>(vs.data(), sh.nk, sh.Hk, sh.dv),
+          TensorView<const T>(os.data(), sh.nq, sh.Hq, sh.dv), c.lse,
+          TensorView<const T>(ds.data(), sh.nq, sh.Hq, sh.dv),
+          TensorView<double>(dq1.data(), sh.nq, sh.Hq, d),
+          TensorView<double>(dk1.data(), sh.nk, sh.Hk, d),
+          TensorView<double>(dv1.data(), sh.nk, sh.Hk, sh.dv), o,
+          {&gp1, &gt1, &gs1, sh.alibi ? &gm1 : nullptr, sh.sinks ? &gsk1 : nullptr});
+      INFO(threads << " threads against OpenMP's maximum");
+      CHECK(dq1 == dq);
+      CHECK(dk1 == dk);
+      CHECK(dv1 == dv);
+      CHECK(gp1 == gp);
+      CHECK(gt1 == gt);
+      CHECK(gs1 == gs);
+      CHECK(gm1 == gm);
+      CHECK(gsk1 == gsk);
+    }
 }
 
 using RopePartial = RopeFam<peal::RopeType::Default, peal::Layout::HalfSplit, 16, 50>;

@@ -208,6 +208,30 @@ void check_scores_backward(const Shape& sh, Regime regime, int p, bool basis, st
   check_all("key position", gs, r.ds, r.ms, tol.position);
   if (sh.alibi) check_all("ALiBi slope", gm, r.dm, r.mm, Tol<double>::roundings(sh.nq * sh.nk));
   if (sh.decay) check_all("decay", gg, r.dg, r.mg, rel);
+  // Any thread count gives the bits of the call above (opt.threads = 0: OpenMP's maximum): the
+  // shards of the query tiles depend on the sizes alone (detail/tiled/backward_run.hpp).
+  if (!strided)
+    for (int threads : {1, 3}) {
+      peal::ScoreOptions o = pr.opt;
+      o.threads = threads;
+      std::vector<double> dq1(dq.size()), dk1(dk.size()), gp1(gp.size()), gt1(gt.size()),
+          gs1(gs.size()), gm1(gm.size()), gg1(gg.size());
+      peal::scores_backward(pr.enc, peal::TensorView<const T>(qs.data(), sh.nq, sh.Hq, d),
+                            peal::Positions(pr.tq), peal::TensorView<const T>(ks.data(), sh.nk, sh.Hk, d),
+                            peal::Positions(pr.tk),
+                            peal::TensorView<const T>(dss.data(), sh.Hq, sh.nq, sh.nk),
+                            peal::TensorView<double>(dq1.data(), sh.nq, sh.Hq, d),
+                            peal::TensorView<double>(dk1.data(), sh.nk, sh.Hk, d), o,
+                            {&gp1, &gt1, &gs1, sh.alibi ? &gm1 : nullptr, sh.decay ? &gg1 : nullptr});
+      INFO(threads << " threads against OpenMP's maximum");
+      CHECK(dq1 == dq);
+      CHECK(dk1 == dk);
+      CHECK(gp1 == gp);
+      CHECK(gt1 == gt);
+      CHECK(gs1 == gs);
+      CHECK(gm1 == gm);
+      CHECK(gg1 == gg);
+    }
 }
 
 using RopePartial = RopeFam<peal::RopeType::Default, peal::Layout::HalfSplit, 16, 50>;

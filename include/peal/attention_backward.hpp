@@ -14,9 +14,9 @@
 // With keys_encoded (keys stored as G(s) k, pure rotations only) dk is the gradient of those
 // stored rows, and the keys add nothing to θ or s. Arithmetic: the forward's (double if q, k
 // or v stores double, float otherwise); positions, D and the gradients of the slopes, sinks
-// and parameters in double. One thread, deterministic. PerHead (one encoding per query head):
-// each head's backward on its slices, below. Not yet: N-D points, threads (docs/gradients.md
-// §5).
+// and parameters in double. Threads (opt.threads) over shards of the query tiles,
+// deterministic: any thread count gives the bits of one thread. PerHead (one encoding per query
+// head): each head's backward on its slices, below. Not yet: N-D points (docs/gradients.md §6).
 #pragma once
 
 #include <algorithm>
@@ -139,6 +139,43 @@ class Epilogue {
       }
   }
 
+  // A shard's sums (detail/tiled/backward_run.hpp): dV (the first shard's: the total itself),
+  // the slopes' and the key positions'.
+  struct Part {
+    std::vector<C> own;
+    C* dv = nullptr;
+    std::vector<double> slopes;
+    std::vector<R> key_positions;
+  };
+  void reset(Part& p, bool first) const {
+    if (first) {
+      p.dv = w_.dvacc.data();  // zero (the constructor)
+    } else {
+      p.own.assign(std::size_t(nk_ * Hk_ * dv_), C(0));
+      p.dv = p.own.data();
+    }
+    p.slopes.assign(g_.alibi_slopes ? std::size_t(Hq_) : 0, 0.0);
+    p.key_positions.assign(g_.key_positions ? std::size_t(nk_) : 0, R(0));
+  }
+  double part_bytes() const {
+    return double(nk_ * Hk_ * dv_) * sizeof(C) + (g_.key_positions ? double(nk_) * sizeof(R) : 0.0);
+  }
+  // The shards' sums into the totals, each entry in shard order (dV over threads by entries).
+  void join(const std::vector<const Part*>& parts, int threads) {
+    const Index S = Index(parts.size()), n = S > 1 ? nk_ * Hk_ * dv_ : 0;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 65536)
+    for (Index x = 0; x < n; ++x) {  // shard 0's dV is the total
+      C acc = w_.dvacc[std::size_t(x)];
+      for (Index s = 1; s < S; ++s) acc += parts[std::size_t(s)]->dv[std::size_t(x)];
+      w_.dvacc[std::size_t(x)] = acc;
+    }
+    for (const Part* p : parts) {
+      for (std::size_t h = 0; h < p->slopes.size(); ++h) (*g_.alibi_slopes)[h] += p->slopes[h];
+      for (std::size_t j = 0; j < p->key_positions.size(); ++j)
+        (*g_.key_positions)[j] += p->key_positions[j];
+    }
+  }
+
   bool skip(double tmin, double tmax, double smin, double smax) const {
     return (opt_.causal && smin > tmax) || !(tmin - smax < opt_.window);
   }
@@ -147,14 +184,17 @@ class Epilogue {
   }
 
   // Whole-tile array operations (Eigen's vectorised exp and tanh); masks and empty rows after.
-  void weights(Index h, Index kh, Index ib, Index ni, Index jb, Index nj, const br::Rows<C>& qh,
-               const br::Tile<C>& kt, br::Tile<C> W) {
-    br::at_least(w_.P, ni, nj);
-    br::at_least(w_.dP, ni, nj);
-    br::at_least(w_.Cap, ni, nj);
-    auto P = w_.P.topLeftCorner(ni, nj).array();
-    auto dP = w_.dP.topLeftCorner(ni, nj);
-    auto Cd = w_.Cap.topLeftCorner(ni, nj).array();  // cap'(y) with a softcap
+  // The tile's matrices are the running thread's (Work<C>::local()); the data read are the
+  // calling thread's (w_).
+  void weights(Part& part, Index h, Index kh, Index ib, Index ni, Index jb, Index nj,
+               const br::Rows<C>& qh, const br::Tile<C>& kt, br::Tile<C> W) {
+    Work<C>& tw = Work<C>::local();
+    br::at_least(tw.P, ni, nj);
+    br::at_least(tw.dP, ni, nj);
+    br::at_least(tw.Cap, ni, nj);
+    auto P = tw.P.topLeftCorner(ni, nj).array();
+    auto dP = tw.dP.topLeftCorner(ni, nj);
+    auto Cd = tw.Cap.topLeftCorner(ni, nj).array();  // cap'(y) with a softcap
     W.noalias() = qh * kt.transpose();               // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k
     const br::Rows<C> dO = br::head_rows(w_.dout, ib, ni, Hq_, h, dv_);
     const br::Rows<C> V = br::head_rows(w_.vd, jb, nj, Hk_, kh, dv_);
@@ -182,8 +222,8 @@ class Epilogue {
       W.array() = dP.array() * Cd * C(scale_);
     else
       W.array() = dP.array() * C(scale_);
-    if (m != 0 || g_.alibi_slopes) bias(h, ib, ni, jb, nj, m, dP);
-    br::head_rows(w_.dvacc, jb, nj, Hk_, kh, dv_).noalias() += P.matrix().transpose() * dO;
+    if (m != 0 || g_.alibi_slopes) bias(part, h, ib, ni, jb, nj, m, dP);
+    br::head_rows(part.dv, jb, nj, Hk_, kh, dv_).noalias() += P.matrix().transpose() * dO;
   }
 
   // P = 0 on masked pairs and on rows with nothing visible (lse = −∞).
@@ -201,9 +241,11 @@ class Epilogue {
         if (masked(t, tk_[jb + col])) P(r, col) = 0;
     }
   }
-  // ∂L/∂m_h = −Σ dx τ; the slope's share of the positions: −m Σ_j dx to t_i, +m Σ_i dx to s_j.
+  // ∂L/∂m_h = −Σ dx τ; the slope's share of the positions: −m Σ_j dx to t_i (this tile's rows:
+  // no other shard has them), +m Σ_i dx to s_j (the shard's part).
   template <class M>
-  void bias(Index h, Index ib, Index ni, Index jb, Index nj, double m, const M& dx) const {
+  void bias(Part& part, Index h, Index ib, Index ni, Index jb, Index nj, double m,
+            const M& dx) const {
     double dm = 0;
     for (Index r = 0; r < ni; ++r) {
       const double t = tq_[ib + r];
@@ -216,8 +258,8 @@ class Epilogue {
     }
     if (g_.key_positions)
       for (Index col = 0; col < nj; ++col)
-        (*g_.key_positions)[std::size_t(jb + col)] += R(m * dx.col(col).sum());
-    if (g_.alibi_slopes) (*g_.alibi_slopes)[std::size_t(h)] += dm;
+        part.key_positions[std::size_t(jb + col)] += R(m * dx.col(col).sum());
+    if (g_.alibi_slopes) part.slopes[std::size_t(h)] += dm;
   }
 
   // ∂L/∂σ_h and dv, once every tile pair is done.
@@ -260,9 +302,9 @@ class Epilogue {
 /// dq, dk, dv (each may be empty: not wanted; none may overlap an input or another) and ADDS
 /// the gradients asked for in grads. Throws peal::invalid_argument before writing anything on
 /// inconsistent extents, positions, options or gradient sizes, and on keys_encoded for an
-/// encoding that is not a pure rotation. Of opt, the forward's tuning (threads, query_tile,
-/// key_tile) is validated and not used (one thread, tiles of at most 256 x 512), and opt.lse
-/// is not read (the forward's lse is the argument).
+/// encoding that is not a pure rotation. opt.threads threads (0: OpenMP's maximum; the result
+/// does not depend on it); opt.query_tile and key_tile are validated and not used (tiles of at
+/// most 256 x 512), and opt.lse is not read (the forward's lse is the argument).
 template <class E, class Tq, class Tk, class Tv, class To, class Tdo, class Tdq, class Tdk,
           class Tdv>
 void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
@@ -302,7 +344,7 @@ void attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Ten
     const auto qr = detail::ro(q);
     const auto kr = detail::ro(k);
     br::Run<C, E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, Tdq, Tdk, R, Epi> run(
-        enc, qr, tq, kr, tk, dq, dk, targets, epi);
+        enc, qr, tq, kr, tk, dq, dk, targets, epi, opt.threads);
     run.run();
   } else {  // no keys: out is 0, nothing reaches q
     br::set_zero(dq);

@@ -11,8 +11,8 @@
 // double; dV and dk sum over the blocks in double and are written once. Memory: O(Hq · nb · nk) for a block of nb
 // queries and O((d + dv) · nk · Hk) for the sums, never O(nq · nk · Hq). Arithmetic: the
 // forward's for the scores (double if q, k or v stores double, float otherwise), double for
-// dS, dV and the sums; one thread for the backward's products (scores() may use threads),
-// deterministic.
+// dS, dV and the sums; the scores forward and backward take opt.threads, the products per block
+// one thread; deterministic (any thread count gives the bits of one thread).
 // Not differentiated: normalization = retnet (its row normalisation depends on the form; it
 // throws), and a continued LinearState (the state's keys are not given: differentiate the
 // whole sequence).

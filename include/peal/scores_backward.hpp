@@ -26,9 +26,10 @@
 // backward) is detail/tiled/backward_run.hpp. Arithmetic: the forward's, double if q or k stores
 // double, float otherwise (products by Eigen's GEMM; the rows are converted to that type
 // before the encode backward, whose rotation-bank pair sums need one storage type); positions,
-// anchors, the decay factors and the parameter gradients in double. One thread,
-// deterministic. PerHead (one encoding per query head): each head's backward on its slices,
-// below. Not yet: N-D points, threads (docs/gradients.md §6).
+// anchors, the decay factors and the parameter gradients in double. Threads (opt.threads)
+// over shards of the query tiles, deterministic: any thread count gives the bits of one thread.
+// PerHead (one encoding per query head): each head's backward on its slices, below. Not yet:
+// N-D points (docs/gradients.md §6).
 #pragma once
 
 #include <algorithm>
@@ -100,9 +101,32 @@ class ScoresEpilogue {
     want_raw_ = !opt.decay.empty() && (g.decay || want_pos);
     want_bias_ = !opt.alibi_slopes.empty() && (g.alibi_slopes || want_pos);
   }
+  // A shard's sums (detail/tiled/backward_run.hpp): the slopes', decays' and key positions'.
+  struct Part {
+    std::vector<double> slopes, decay;
+    std::vector<R> key_positions;
+  };
+  void reset(Part& p, bool) const {
+    p.slopes.assign(g_.alibi_slopes ? g_.alibi_slopes->size() : 0, 0.0);
+    p.decay.assign(g_.decay ? g_.decay->size() : 0, 0.0);
+    p.key_positions.assign(g_.key_positions ? g_.key_positions->size() : 0, R(0));
+  }
+  double part_bytes() const {
+    return g_.key_positions ? double(g_.key_positions->size()) * sizeof(R) : 0.0;
+  }
+  // The shards' sums into the totals, in shard order.
+  void join(const std::vector<const Part*>& parts, int) {
+    for (const Part* p : parts) {
+      for (std::size_t h = 0; h < p->slopes.size(); ++h) (*g_.alibi_slopes)[h] += p->slopes[h];
+      for (std::size_t h = 0; h < p->decay.size(); ++h) (*g_.decay)[h] += p->decay[h];
+      for (std::size_t j = 0; j < p->key_positions.size(); ++j)
+        (*g_.key_positions)[j] += p->key_positions[j];
+    }
+  }
+
   bool skip(double, double tmax, double smin, double) const { return opt_.causal && smin > tmax; }
 
-  void weights(Index h, Index, Index ib, Index ni, Index jb, Index nj,
+  void weights(Part& part, Index h, Index, Index ib, Index ni, Index jb, Index nj,
                const backward_run::Rows<C>& qh, const backward_run::Tile<C>& kt,
                backward_run::Tile<C> W) {
     const double lg = opt_.decay.empty() ? 0.0 : std::log(opt_.decay[std::size_t(h)]);
@@ -119,16 +143,25 @@ class ScoresEpilogue {
       }
     }
     if (!want_raw_ && !want_bias_) return;
-    if (want_raw_) {  // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k, in a buffer kept across tile pairs
-      backward_run::at_least(raw_, ni, nj);
-      raw_.topLeftCorner(ni, nj).noalias() = qh * kt.transpose();
+    backward_run::RowMatrix<C>& raw = raw_buffer();
+    if (want_raw_) {  // q̂ᵀ A_X(Δ) k̂ = qᵀ A(τ) k
+      backward_run::at_least(raw, ni, nj);
+      raw.topLeftCorner(ni, nj).noalias() = qh * kt.transpose();
     }
-    bias(h, ib, ni, jb, nj, W);
+    bias(part, h, ib, ni, jb, nj, W, raw);
   }
 
  private:
-  // ∂L/∂m_h = −Σ dS τ; ∂L/∂γ_h = Σ W (τ/γ) raw; ∂L/∂t_i = Σ_j (W ln γ raw − m dS) = −∂L/∂s_j's.
-  void bias(Index h, Index ib, Index ni, Index jb, Index nj, const backward_run::Tile<C>& W) {
+  // The raw score tile, a buffer of the running thread kept across tile pairs and calls.
+  static backward_run::RowMatrix<C>& raw_buffer() {
+    thread_local backward_run::RowMatrix<C> raw;
+    return raw;
+  }
+
+  // ∂L/∂m_h = −Σ dS τ; ∂L/∂γ_h = Σ W (τ/γ) raw; ∂L/∂t_i = Σ_j (W ln γ raw − m dS) = −∂L/∂s_j's
+  // (t_i: this tile's rows, no other shard has them; s_j, m_h, γ_h: the shard's part).
+  void bias(Part& part, Index h, Index ib, Index ni, Index jb, Index nj,
+            const backward_run::Tile<C>& W, const backward_run::RowMatrix<C>& raw) {
     const double m = opt_.alibi_slopes.empty() ? 0.0 : opt_.alibi_slopes[std::size_t(h)];
     const double gamma = opt_.decay.empty() ? 1.0 : opt_.decay[std::size_t(h)];
     const double lg = std::log(gamma);
@@ -143,17 +176,17 @@ class ScoresEpilogue {
         double p = -m * dsv;
         dm -= dsv * tau;
         if (want_raw_) {
-          const double wr = double(W(r, c)) * double(raw_(r, c));
+          const double wr = double(W(r, c)) * double(raw(r, c));
           dg += wr * tau / gamma;
           p += wr * lg;
         }
         dt += p;
-        if (g_.key_positions) (*g_.key_positions)[std::size_t(jb + c)] -= R(p);
+        if (g_.key_positions) part.key_positions[std::size_t(jb + c)] -= R(p);
       }
       if (g_.query_positions) (*g_.query_positions)[std::size_t(ib + r)] += R(dt);
     }
-    if (g_.alibi_slopes) (*g_.alibi_slopes)[std::size_t(h)] += dm;
-    if (g_.decay) (*g_.decay)[std::size_t(h)] += dg;
+    if (g_.alibi_slopes) part.slopes[std::size_t(h)] += dm;
+    if (g_.decay) part.decay[std::size_t(h)] += dg;
   }
 
   const TensorView<Td>& ds_;
@@ -162,7 +195,6 @@ class ScoresEpilogue {
   const ScoreOptions& opt_;
   const ScoresGradients<R>& g_;
   bool want_raw_ = false, want_bias_ = false;
-  backward_run::RowMatrix<C> raw_;
 };
 
 }  // namespace scores_backward
@@ -172,9 +204,9 @@ class ScoresEpilogue {
 /// double; its masked entries are not read). Writes dq [nq, Hq, d] and dk [nk, Hk, d] (either
 /// may be empty: not wanted; neither may overlap q, k, d_scores or each other) and ADDS the
 /// gradients asked for in grads. Throws peal::invalid_argument before writing anything on
-/// inconsistent extents, positions, options or gradient sizes. Of opt, the forward's tuning
-/// (threads, query_tile, key_tile) is validated and not used: one thread, tiles of at most
-/// 256 queries x 512 keys.
+/// inconsistent extents, positions, options or gradient sizes. opt.threads threads (0: OpenMP's
+/// maximum; the result does not depend on it); opt.query_tile and key_tile are validated and
+/// not used (tiles of at most 256 queries x 512 keys).
 template <class E, class Tq, class Tk, class Td, class Tdq, class Tdk>
 void scores_backward(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> k,
                      const Positions& tk, TensorView<Td> d_scores, TensorView<Tdq> dq,
@@ -202,7 +234,7 @@ void scores_backward(const E& enc, TensorView<Tq> q, const Positions& tq, Tensor
                                                  grads.key_positions, false};
   detail::backward_run::Run<C, E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, Tdq, Tdk,
                             R, sb::ScoresEpilogue<C, Rd, R>>
-      run(enc, qr, tq, kr, tk, dq, dk, targets, epi);
+      run(enc, qr, tq, kr, tk, dq, dk, targets, epi, opt.threads);
   run.run();
 }
 

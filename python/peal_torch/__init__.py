@@ -105,6 +105,8 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, tq, tk, omega, a, slopes, sinks, cfg):
         name = _dtype_name(q)
+        if not q.dtype == k.dtype == v.dtype:
+            raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
         qb, batched = _batched(q, "q")
         kb, _ = _batched(k, "k")
         vb, _ = _batched(v, "v")

@@ -236,6 +236,8 @@ def test_bad_input_raises():
     q, k, v, tq, tk, inv = p["q"], p["k"], p["v"], p["tq"], p["tk"], p["inv_freq"]
     with pytest.raises(ValueError, match="float32 or float64"):
         peal_torch.attention(q.half(), k, v, tq, tk, inv)
+    with pytest.raises(ValueError, match="one dtype"):
+        peal_torch.attention(q, k.float(), v, tq, tk, inv)
     with pytest.raises(ValueError, match="dim"):
         peal_torch.attention(q, k[..., :6], v, tq, tk, inv)
     with pytest.raises(ValueError):

@@ -1,8 +1,11 @@
-// peal::scores, peal::attention and peal::linear_attention called concurrently from two std::threads on shared const
-// inputs, each into its own output, must give bitwise the single-threaded result: the
-// kernels' mutable state (the thread-local arena and table cache of the tile driver,
-// include/peal/detail/tiled/tile_run.hpp and detail/tiled/arena.hpp) must not be shared between callers. Built with -fsanitize=thread by scripts/tsan.sh (data races halt it
-// there) and without it as the ctest concurrent_scores (bitwise comparison only).
+// peal::scores, peal::attention, peal::linear_attention and peal::attention_backward called
+// concurrently from two std::threads on shared const inputs, each into its own output, must
+// give bitwise the single-threaded result: the kernels' mutable state (the thread-local arena
+// and table cache of the tile driver, include/peal/detail/tiled/tile_run.hpp and
+// detail/tiled/arena.hpp; the backward's workspace and shards,
+// include/peal/detail/tiled/backward_run.hpp) must not be shared between callers. Built with
+// -fsanitize=thread by scripts/tsan.sh (data races halt it there) and without it as the ctest
+// concurrent_scores (bitwise comparison only).
 //
 // Encodings: RoPE (pure rotation: no rebasing), and an xPos-like decaying rotation bank
 // composed with a JordanBlock<3> and pass-through coordinates (rebased tiles, relative
@@ -118,6 +121,38 @@ std::vector<float> run_linear(const E& enc, const Problem& p, peal::LinearForm f
   return out;
 }
 
+// Attention backward (v = k) after its forward: dq, dk, dv and the parameter gradient (its
+// double bits). 600 queries: three query tiles of the backward, hence three shards of its
+// OpenMP team (include/peal/detail/tiled/backward_run.hpp).
+template <class E>
+std::vector<float> run_attention_backward(const E& enc, const Problem& p) {
+  const Index n = p.nq * p.Hq * p.d, m = p.nk * p.Hk * p.d;
+  std::vector<float> out(static_cast<std::size_t>(n)), dout(static_cast<std::size_t>(n)),
+      grads(static_cast<std::size_t>(n + 2 * m));
+  for (Index x = 0; x < n; ++x) dout[std::size_t(x)] = p.q[std::size_t((x * 7) % n)];
+  std::vector<double> lse(static_cast<std::size_t>(p.nq * p.Hq)),
+      gp(static_cast<std::size_t>(peal::parameter_count(enc)));
+  TensorView<const float> qv(p.q.data(), p.nq, p.Hq, p.d), kv(p.k.data(), p.nk, p.Hk, p.d);
+  peal::AttentionOptions opt;
+  opt.causal = true;
+  opt.alibi_slopes = p.opt.alibi_slopes;
+  opt.threads = p.opt.threads;
+  opt.lse = lse.data();
+  peal::attention(enc, qv, p.pq(), kv, p.pk(), kv, TensorView<float>(out.data(), p.nq, p.Hq, p.d),
+                  opt);
+  opt.lse = nullptr;
+  peal::attention_backward(enc, qv, p.pq(), kv, p.pk(), kv,
+                           TensorView<const float>(out.data(), p.nq, p.Hq, p.d), lse,
+                           TensorView<const float>(dout.data(), p.nq, p.Hq, p.d),
+                           TensorView<float>(grads.data(), p.nq, p.Hq, p.d),
+                           TensorView<float>(grads.data() + n, p.nk, p.Hk, p.d),
+                           TensorView<float>(grads.data() + n + m, p.nk, p.Hk, p.d), opt, {&gp});
+  const std::size_t at = grads.size();
+  grads.resize(at + 2 * gp.size());
+  std::memcpy(grads.data() + at, gp.data(), gp.size() * sizeof(double));
+  return grads;
+}
+
 // One problem: an encoding, its inputs and the single-threaded result.
 struct Job {
   const char* name;
@@ -173,6 +208,12 @@ int main() {
   const Problem rope_irr = make_problem(rope64.dim(), true, rng);
   const Problem dec_even = make_problem(decaying.dim(), false, rng);
   const Problem dec_irr = make_problem(decaying.dim(), true, rng);
+  Problem rope_long = make_problem(rope64.dim(), true, rng);  // 600 queries for the backward
+  for (Index i = 0; i < 400; ++i) rope_long.tq.push_back(rope_long.tq.back() + 0.5);
+  rope_long.nq = 600;
+  rope_long.q.resize(std::size_t(rope_long.nq * rope_long.Hq * rope_long.d));
+  for (std::size_t x = 200 * std::size_t(rope_long.Hq * rope_long.d); x < rope_long.q.size(); ++x)
+    rope_long.q[x] = rope_long.q[x % (200 * std::size_t(rope_long.Hq * rope_long.d))];
   std::vector<Job> jobs = {
       {"rope, evenly spaced", [&] { return run(rope64, rope_even); }, {}},
       {"xpos+jordan3, evenly spaced", [&] { return run(decaying, dec_even); }, {}},
@@ -187,6 +228,8 @@ int main() {
        [&] { return run_linear(rope64, rope_irr, peal::LinearForm::chunkwise); }, {}},
       {"linear parallel xpos+jordan3",
        [&] { return run_linear(decaying, dec_even, peal::LinearForm::parallel); }, {}},
+      {"attention backward rope, 600 queries",
+       [&] { return run_attention_backward(rope64, rope_long); }, {}},
   };
   const int bad = check(jobs);
   std::printf(bad ? "concurrent_scores: FAILED\n"

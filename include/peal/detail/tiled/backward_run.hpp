@@ -11,16 +11,23 @@
 //
 // What W is belongs to the caller, an epilogue Epi with
 //   bool skip(double tmin, double tmax, double smin, double smax) const;   every pair masked
-//   void weights(Index h, Index kh, Index ib, Index ni, Index jb, Index nj, const Rows<C>& qh,
-//                const Tile<C>& kt, Tile<C> W);   W for query head h, rows ib.., keys jb..; kt holds
-//                the rows (A_X(Δ) k̂_j)ᵀ, so qh ktᵀ is the raw score tile
-// and its own gradients (ALiBi slopes, decays, sinks, the bias's share of the positions).
+//   void weights(Part& part, Index h, Index kh, Index ib, Index ni, Index jb, Index nj,
+//                const Rows<C>& qh, const Tile<C>& kt, Tile<C> W);   W for query head h, rows
+//                ib.., keys jb..; kt holds the rows (A_X(Δ) k̂_j)ᵀ, so qh ktᵀ is the raw score tile
+//   void reset(Part&, bool first) const (zero sums, the buffers kept; the first shard's may be
+//   the totals themselves); double part_bytes() const;
+//   void join(const std::vector<const Part*>& parts, int threads);
+// and its own gradients (ALiBi slopes, decays, sinks, dV, the bias's share of the positions):
+// those that several query tiles add to (dV, the per-head ones, the key positions) go to the
+// shard's Part, and join() adds the shards' Parts to the totals, each entry in shard order.
 // Arithmetic in C (float, or double when an input stores double, as the forward's); positions,
-// tile anchors and parameters in double; one thread, deterministic (tiles and heads in a
-// fixed order).
+// tile anchors and parameters in double. Threads over the shards of the query tiles
+// (shard_count below), deterministic: any thread count gives the bits of one thread.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <exception>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -36,6 +43,10 @@
 #include "../overlap.hpp"
 #include "../storage.hpp"
 #include "tile_plan.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace peal {
 namespace detail {
@@ -63,8 +74,12 @@ using Tile = Eigen::Ref<RowMatrix<C>, 0, Eigen::OuterStride<>>;
 
 // Head h of a [tokens, heads, d] buffer, rows [b, b + n).
 template <class C>
+Rows<C> head_rows(C* v, Index b, Index n, Index heads, Index h, Index d) {
+  return Rows<C>(v + (b * heads + h) * d, n, d, Eigen::OuterStride<>(heads * d));
+}
+template <class C>
 Rows<C> head_rows(std::vector<C>& v, Index b, Index n, Index heads, Index h, Index d) {
-  return Rows<C>(v.data() + (b * heads + h) * d, n, d, Eigen::OuterStride<>(heads * d));
+  return head_rows(v.data(), b, n, heads, h, d);
 }
 
 template <class T>
@@ -156,15 +171,44 @@ struct Targets {
   bool keys_encoded = false;
 };
 
+// The shards of the query tiles. Tile I belongs to shard I mod S (interleaved: a causal run's
+// later, fuller tiles spread over the shards); each shard sums its own dk̂, parameter gradient
+// and epilogue part (dV, the per-head and key-position gradients) over its tiles in order, and
+// the shards are added in their order at the end. S depends on the sizes alone, never on the
+// thread count, so any number of threads gives the bits of one thread: at most kMaxShards,
+// one per query tile at most, and the shards' buffers within kShardBytes (at least one shard).
+// Shard 0 sums straight into the totals (zero before it, as its own buffer would be): the
+// others' buffers, zeroed and joined, are the whole cost of the shards on one thread (at
+// n = 2048, 4 heads, d = 128: 8 MB each).
+constexpr Index kMaxShards = 4;
+constexpr double kShardBytes = 256.0 * 1024 * 1024;
+inline Index shard_count(Index query_tiles, double bytes_per_shard) {
+  Index n = std::min(query_tiles, kMaxShards);
+  while (n > 1 && double(n) * bytes_per_shard > kShardBytes) --n;
+  return std::max<Index>(1, n);
+}
+
+// Threads for a run of `shards` shards: opt.threads (0: OpenMP's maximum), one inside a
+// parallel region (nested calls stay on their thread), never more than the shards.
+inline int shard_threads(int threads, Index shards) {
+  int nt = 1;
+#ifdef _OPENMP
+  if (!omp_in_parallel()) nt = threads > 0 ? threads : omp_get_max_threads();
+#else
+  (void)threads;
+#endif
+  return int(std::max<Index>(1, std::min<Index>(nt, shards)));
+}
+
 template <class C, class E, class Tq, class Tk, class Tdq, class Tdk, class R, class Epi>
 class Run {
  public:
   Run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
       const Positions& tk, const TensorView<Tdq>& dq, const TensorView<Tdk>& dk,
-      const Targets<R>& g, Epi& epi)
+      const Targets<R>& g, Epi& epi, int threads)
       : enc_(enc), q_(q), tq_(tq), k_(k), tk_(tk), dq_(dq), dk_(dk), g_(g), epi_(epi),
         nq_(q.tokens()), nk_(k.tokens()), Hq_(q.heads()), Hk_(k.heads()), d_(q.dim()),
-        G_(Hq_ / Hk_) {
+        G_(Hq_ / Hk_), threads_(threads) {
     const coders::coder_t<double, E> coder(enc);
     using L = tiled::rebase_limits<C>;
     const double rate = coder.rate();  // once: a fallback coder solves for its eigenvalues
@@ -173,9 +217,6 @@ class Run {
     const double h = tiled::max_half_spread(rate, degree, L::exp_budget, L::poly_budget);
     qp_ = plan(tq, nq_, 256, h, pure);
     kp_ = plan(tk, nk_, 512, h, pure);
-    at_least(ws_.W, qp_.max_rows, kp_.max_rows);
-    at_least(ws_.kt, kp_.max_rows, d_);
-    at_least(ws_.u, kp_.max_rows, d_);
   }
 
   void run() {
@@ -183,11 +224,82 @@ class Run {
     at_least(ws_.dkhat, nk_ * Hk_ * d_);
     std::fill(ws_.dkhat.begin(), ws_.dkhat.begin() + nk_ * Hk_ * d_, 0.0);
     for (Index J = 0; J < kp_.size(); ++J) encode_tile(/*query=*/false, J, ws_.khat);
-    for (Index I = 0; I < qp_.size(); ++I) query_tile(I);
-    for (Index J = 0; J < kp_.size(); ++J) backward_tile(/*query=*/false, J, ws_.dkhat);
+    const double bytes = double(nk_ * Hk_ * d_) * sizeof(C) + epi_.part_bytes() +
+                         double(g_.parameters ? g_.parameters->size() : 0) * sizeof(R);
+    const Index S = shard_count(qp_.size(), bytes);
+    std::vector<Shard>& shards = kept_shards();  // the calling thread's, seen by every thread
+    if (Index(shards.size()) < S) shards.resize(std::size_t(S));
+    const int nt = shard_threads(threads_, S);
+    std::exception_ptr err;  // the first failure (an allocation), rethrown after the region
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+    for (Index s = 0; s < S; ++s) {
+      try {
+        run_shard(s, S, shards[std::size_t(s)]);
+      } catch (...) {
+#pragma omp critical(peal_backward_error)
+        {
+          if (!err) err = std::current_exception();
+        }
+      }
+    }
+    if (err) std::rethrow_exception(err);
+    join(shards, S, nt);
+    for (Index J = 0; J < kp_.size(); ++J)
+      backward_tile(ws_, /*query=*/false, J, ws_.dkhat, g_.parameters);
   }
 
  private:
+  using Part = typename Epi::Part;
+  struct Shard {
+    std::vector<C> own;  // shards 1..S−1: their dk̂ sums
+    C* dkhat = nullptr;  // own, or for shard 0 the total
+    std::vector<R> parameters;
+    Part part;
+  };
+
+  // The shards' buffers, kept by the calling thread between calls (as the workspace).
+  static std::vector<Shard>& kept_shards() {
+    thread_local std::vector<Shard> kept;
+    return kept;
+  }
+
+  void run_shard(Index s, Index S, Shard& sh) {
+    if (s == 0) {
+      sh.dkhat = ws_.dkhat.data();  // zero (run())
+    } else {
+      sh.own.assign(std::size_t(nk_ * Hk_ * d_), C(0));
+      sh.dkhat = sh.own.data();
+    }
+    if (g_.parameters) sh.parameters.assign(g_.parameters->size(), R(0));
+    epi_.reset(sh.part, /*first=*/s == 0);
+    Workspace<C>& w = Workspace<C>::local();
+    at_least(w.W, qp_.max_rows, kp_.max_rows);
+    at_least(w.kt, kp_.max_rows, d_);
+    at_least(w.u, kp_.max_rows, d_);
+    for (Index I = s; I < qp_.size(); I += S) query_tile(w, sh, I);
+  }
+
+  // The shards' sums into the totals, each entry summed in shard order (shard 0's are the
+  // totals already; dk̂ over threads by entries: the same sums as one thread's).
+  void join(const std::vector<Shard>& shards, Index S, int nt) {
+    const Index n = S > 1 ? nk_ * Hk_ * d_ : 0;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && n > 65536)
+    for (Index x = 0; x < n; ++x) {
+      C acc = ws_.dkhat[std::size_t(x)];
+      for (Index s = 1; s < S; ++s) acc += shards[std::size_t(s)].dkhat[std::size_t(x)];
+      ws_.dkhat[std::size_t(x)] = acc;
+    }
+    std::vector<const Part*> parts;
+    for (Index s = 0; s < S; ++s) {
+      const Shard& sh = shards[std::size_t(s)];
+      if (g_.parameters)
+        for (std::size_t x = 0; x < sh.parameters.size(); ++x)
+          (*g_.parameters)[x] += sh.parameters[x];
+      parts.push_back(&sh.part);
+    }
+    epi_.join(parts, nt);
+  }
+
   std::vector<double> relative(bool query, Index I) const {
     const tiled::TilePlan& p = query ? qp_ : kp_;
     const Positions& pos = query ? tq_ : tk_;
@@ -199,7 +311,7 @@ class Run {
 
   // q̂ (k̂) of tile I: F(t − T_I) q (G(s − S_J) k) into rows [b, b + n) of buf (the query
   // buffer holds one tile).
-  void encode_tile(bool query, Index I, std::vector<C>& buf) {
+  void encode_tile(bool query, Index I, std::vector<C>& buf) const {
     if (d_ == 0) return;  // no coordinates: only the epilogue's gradients
     const tiled::TilePlan& p = query ? qp_ : kp_;
     const Index b = p.begin[std::size_t(I)], n = p.rows(I), H = query ? Hq_ : Hk_;
@@ -218,8 +330,10 @@ class Run {
       encode_keys(enc_, token_range(k_, b, n), dst, Positions(rel));
   }
 
-  // dq̂ (dk̂) of a tile through the encode backward at the relative positions.
-  void backward_tile(bool query, Index I, std::vector<C>& dbuf) {
+  // dq̂ (dk̂) of a tile through the encode backward at the relative positions; its parameter
+  // gradient into `params` (the shard's for a query tile).
+  void backward_tile(Workspace<C>& w, bool query, Index I, std::vector<C>& dbuf,
+                     std::vector<R>* params) const {
     if (d_ == 0) return;
     const tiled::TilePlan& p = query ? qp_ : kp_;
     const Index b = p.begin[std::size_t(I)], n = p.rows(I), H = query ? Hq_ : Hk_;
@@ -235,10 +349,10 @@ class Run {
     }
     std::vector<R>* pos_out = query ? g_.query_positions : g_.key_positions;
     std::vector<R> dpos(pos_out ? std::size_t(n) : 0, R(0));
-    const EncodeGradients<R> eg{g_.parameters, pos_out ? &dpos : nullptr};
+    const EncodeGradients<R> eg{params, pos_out ? &dpos : nullptr};
     // The rows in C, as dv: the rotation banks' direct pair sums need one storage type.
-    at_least(ws_.xbuf, n * H * d_);
-    const TensorView<C> xv(ws_.xbuf.data(), n, H, d_);
+    at_least(w.xbuf, n * H * d_);
+    const TensorView<C> xv(w.xbuf.data(), n, H, d_);
     for (Index r = 0; r < n; ++r)
       for (Index h = 0; h < H; ++h)
         for (Index e = 0; e < d_; ++e)
@@ -249,23 +363,23 @@ class Run {
       encode_queries_backward(enc_, ro(xv), Positions(rel), dv, token_range(dq_, b, n), eg);
     else
       encode_keys_backward(enc_, ro(xv), Positions(rel), dv, token_range(dk_, b, n), eg);
-    if (pos_out)
+    if (pos_out)  // rows of this tile only: shards never share an entry
       for (Index r = 0; r < n; ++r) (*pos_out)[std::size_t(b + r)] += dpos[std::size_t(r)];
   }
 
-  void query_tile(Index I) {
+  void query_tile(Workspace<C>& w, Shard& sh, Index I) {
     const Index ib = qp_.begin[std::size_t(I)], ni = qp_.rows(I);
-    at_least(ws_.qhat, ni * Hq_ * d_);
-    at_least(ws_.dqhat, ni * Hq_ * d_);
-    std::fill(ws_.dqhat.begin(), ws_.dqhat.begin() + ni * Hq_ * d_, 0.0);
-    encode_tile(/*query=*/true, I, ws_.qhat);
+    at_least(w.qhat, ni * Hq_ * d_);
+    at_least(w.dqhat, ni * Hq_ * d_);
+    std::fill(w.dqhat.begin(), w.dqhat.begin() + ni * Hq_ * d_, 0.0);
+    encode_tile(/*query=*/true, I, w.qhat);
     const auto [tmin, tmax] = span(tq_, ib, ni);
     for (Index J = 0; J < kp_.size(); ++J) {
       const Index jb = kp_.begin[std::size_t(J)], nj = kp_.rows(J);
       const auto [smin, smax] = span(tk_, jb, nj);
-      if (!epi_.skip(tmin, tmax, smin, smax)) pair(I, J);
+      if (!epi_.skip(tmin, tmax, smin, smax)) pair(w, sh, I, J);
     }
-    backward_tile(/*query=*/true, I, ws_.dqhat);
+    backward_tile(w, /*query=*/true, I, w.dqhat, g_.parameters ? &sh.parameters : nullptr);
   }
   static std::pair<double, double> span(const Positions& p, Index b, Index n) {
     double lo = p[b], hi = p[b];
@@ -274,14 +388,14 @@ class Run {
   }
 
   // One query tile against one key tile, every head.
-  void pair(Index I, Index J) {
+  void pair(Workspace<C>& w, Shard& sh, Index I, Index J) {
     const Index ib = qp_.begin[std::size_t(I)], ni = qp_.rows(I);
     const Index jb = kp_.begin[std::size_t(J)], nj = kp_.rows(J);
     const double delta = qp_.anchor[std::size_t(I)] - kp_.anchor[std::size_t(J)];
     const bool shifted = delta != 0;
-    auto W = ws_.W.topLeftCorner(ni, nj);
-    auto kt = ws_.kt.topLeftCorner(nj, d_);
-    auto u = ws_.u.topLeftCorner(nj, d_);
+    auto W = w.W.topLeftCorner(ni, nj);
+    auto kt = w.kt.topLeftCorner(nj, d_);
+    auto u = w.u.topLeftCorner(nj, d_);
     RowMatrix<C> ax;  // A_X(Δ), dense: applied to a tile's rows by a GEMM
     if (shifted) ax = cross(enc_).A(real_t<typename E::Scalar>(delta)).template cast<C>();
     for (Index kh = 0; kh < Hk_; ++kh) {
@@ -292,21 +406,21 @@ class Run {
         kt = kh_rows;
       u.setZero();
       for (Index h = kh * G_; h < (kh + 1) * G_; ++h) {
-        const Rows<C> qh = head_rows(ws_.qhat, 0, ni, Hq_, h, d_);
-        epi_.weights(h, kh, ib, ni, jb, nj, qh, kt, W);
-        head_rows(ws_.dqhat, 0, ni, Hq_, h, d_).noalias() += W * kt;
+        const Rows<C> qh = head_rows(w.qhat, 0, ni, Hq_, h, d_);
+        epi_.weights(sh.part, h, kh, ib, ni, jb, nj, qh, kt, W);
+        head_rows(w.dqhat, 0, ni, Hq_, h, d_).noalias() += W * kt;
         u.noalias() += W.transpose() * qh;
       }
       if (shifted && g_.parameters) {  // ∂A_X(Δ)/∂θ: Σ_j u_jᵀ ∂A_X(Δ) k̂_j
         using M = Eigen::Matrix<R, Eigen::Dynamic, Eigen::Dynamic>;
         const M U = u.transpose().template cast<R>(), V = kh_rows.transpose().template cast<R>();
         encoding_derivatives<std::decay_t<decltype(cross(enc_))>>::bilinear(
-            cross(enc_), R(delta), U, V, g_.parameters->data(), 1);
+            cross(enc_), R(delta), U, V, sh.parameters.data(), 1);
       }
       if (shifted)  // rows (A_X(Δ)ᵀ u_j)ᵀ = u_jᵀ A_X(Δ)
-        head_rows(ws_.dkhat, jb, nj, Hk_, kh, d_).noalias() += u * ax;
+        head_rows(sh.dkhat, jb, nj, Hk_, kh, d_).noalias() += u * ax;
       else
-        head_rows(ws_.dkhat, jb, nj, Hk_, kh, d_) += u;
+        head_rows(sh.dkhat, jb, nj, Hk_, kh, d_) += u;
     }
   }
 
@@ -320,8 +434,9 @@ class Run {
   const Targets<R>& g_;
   Epi& epi_;
   const Index nq_, nk_, Hq_, Hk_, d_, G_;
+  const int threads_;
   tiled::TilePlan qp_, kp_;
-  Workspace<C>& ws_ = Workspace<C>::local();
+  Workspace<C>& ws_ = Workspace<C>::local();  // the calling thread's: k̂ and the summed dk̂
 };
 
 }  // namespace backward_run
