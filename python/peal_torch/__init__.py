@@ -79,6 +79,23 @@ def _reduce_positions(g, t):
     return g.sum(0) if t.dim() == 1 else g
 
 
+def _parameter_arrays(omega, a):
+    """omega and a (zeros when None) as float64 NumPy arrays."""
+    a_ = torch.zeros_like(omega) if a is None else a
+    return _np(omega, torch.float64), _np(a_, torch.float64)
+
+
+def _attention_inputs(q, k, v, tq, tk):
+    """q, k, v with a batch dimension, the positions as [batch, tokens], and whether q had one."""
+    qb, batched = _batched(q, "q")
+    kb, _ = _batched(k, "k")
+    vb, _ = _batched(v, "v")
+    if not (qb.shape[0] == kb.shape[0] == vb.shape[0]):
+        raise ValueError("peal_torch: q, k and v must have the same batch size")
+    B = qb.shape[0]
+    return qb, kb, vb, _positions(tq, B, qb.shape[1], "tq"), _positions(tk, B, kb.shape[1], "tk"), batched
+
+
 @dataclass(frozen=True)
 class _Settings:
     interleaved: bool
@@ -107,20 +124,12 @@ class _Attention(torch.autograd.Function):
         name = _dtype_name(q)
         if not q.dtype == k.dtype == v.dtype:
             raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-        qb, batched = _batched(q, "q")
-        kb, _ = _batched(k, "k")
-        vb, _ = _batched(v, "v")
-        if not (qb.shape[0] == kb.shape[0] == vb.shape[0]):
-            raise ValueError("peal_torch: q, k and v must have the same batch size")
-        B = qb.shape[0]
-        ptq = _positions(tq, B, qb.shape[1], "tq")
-        ptk = _positions(tk, B, kb.shape[1], "tk")
-        a_ = torch.zeros_like(omega) if a is None else a
-        om, an = _np(omega, torch.float64), _np(a_, torch.float64)
+        qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
+        om, an = _parameter_arrays(omega, a)
         opt = _options(cfg, slopes, sinks)
         fwd = getattr(_ext, "attention_forward_" + name)
         outs, lses = [], []
-        for b in range(B):
+        for b in range(qb.shape[0]):
             out, lse = fwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
                            _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an,
                            cfg.interleaved, opt)
@@ -144,15 +153,9 @@ class _Attention(torch.autograd.Function):
         cfg = ctx.cfg
         name = _dtype_name(q)
         need = ctx.needs_input_grad
-        qb, _ = _batched(q, "q")
-        kb, _ = _batched(k, "k")
-        vb, _ = _batched(v, "v")
+        qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
         dob = d_out if ctx.batched else d_out.unsqueeze(0)
-        B = qb.shape[0]
-        ptq = _positions(tq, B, qb.shape[1], "tq")
-        ptk = _positions(tk, B, kb.shape[1], "tk")
-        a_ = torch.zeros_like(omega) if a is None else a
-        om, an = _np(omega, torch.float64), _np(a_, torch.float64)
+        om, an = _parameter_arrays(omega, a)
         opt = _options(cfg, slopes, sinks)
         w = _ext.Wants()
         w.q, w.k, w.v = need[0], need[1], need[2]
@@ -161,7 +164,7 @@ class _Attention(torch.autograd.Function):
         w.slopes, w.sinks = need[7], need[8]
         bwd = getattr(_ext, "attention_backward_" + name)
         parts = [[] for _ in range(8)]
-        for b in range(B):
+        for b in range(qb.shape[0]):
             got = bwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
                       _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
                       _np(out[b], q.dtype), _np(lse[b], torch.float64), _np(dob[b], q.dtype), w)
@@ -199,8 +202,7 @@ class _Encode(torch.autograd.Function):
         xb, batched = _batched(x, "x")
         B = xb.shape[0]
         pt = _positions(t, B, xb.shape[1], "t")
-        a_ = torch.zeros_like(omega) if a is None else a
-        om, an = _np(omega, torch.float64), _np(a_, torch.float64)
+        om, an = _parameter_arrays(omega, a)
         fwd = getattr(_ext, "encode_forward_" + name)
         y = torch.stack([torch.from_numpy(fwd(_np(xb[b], x.dtype), _np(pt[b], torch.float64), om, an,
                                               interleaved, query)) for b in range(B)])
@@ -218,8 +220,7 @@ class _Encode(torch.autograd.Function):
         dyb = dy if batched else dy.unsqueeze(0)
         B = xb.shape[0]
         pt = _positions(t, B, xb.shape[1], "t")
-        a_ = torch.zeros_like(omega) if a is None else a
-        om, an = _np(omega, torch.float64), _np(a_, torch.float64)
+        om, an = _parameter_arrays(omega, a)
         bwd = getattr(_ext, "encode_backward_" + name)
         want_par = need[2] or need[3]
         dxs, gpar, gts = [], [], []
