@@ -176,6 +176,7 @@ class Epilogue {
     }
   }
 
+  bool causal() const { return opt_.causal; }
   bool skip(double tmin, double tmax, double smin, double smax) const {
     return (opt_.causal && smin > tmax) || !(tmin - smax < opt_.window);
   }

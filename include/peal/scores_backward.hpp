@@ -124,6 +124,7 @@ class ScoresEpilogue {
     }
   }
 
+  bool causal() const { return opt_.causal; }
   bool skip(double, double tmax, double smin, double) const { return opt_.causal && smin > tmax; }
 
   void weights(Part& part, Index h, Index, Index ib, Index ni, Index jb, Index nj,

@@ -11,6 +11,7 @@
 //
 // What W is belongs to the caller, an epilogue Epi with
 //   bool skip(double tmin, double tmax, double smin, double smax) const;   every pair masked
+//   bool causal() const;   keys after t are masked (pairs stop at the last visible sorted key)
 //   void weights(Part& part, Index h, Index kh, Index ib, Index ni, Index jb, Index nj,
 //                const Rows<C>& qh, const Tile<C>& kt, Tile<C> W);   W for query head h, rows
 //                ib.., keys jb..; kt holds the rows (A_X(Δ) k̂_j)ᵀ, so qh ktᵀ is the raw score tile
@@ -217,6 +218,9 @@ class Run {
     const double h = tiled::max_half_spread(rate, degree, L::exp_budget, L::poly_budget);
     qp_ = plan(tq, nq_, 256, h, pure);
     kp_ = plan(tk, nk_, 512, h, pure);
+    bool sorted = true;
+    for (Index j = 1; j < nk_ && sorted; ++j) sorted = !(tk[j] < tk[j - 1]);
+    trim_causal_ = epi.causal() && sorted;
   }
 
   void run() {
@@ -377,9 +381,25 @@ class Run {
     for (Index J = 0; J < kp_.size(); ++J) {
       const Index jb = kp_.begin[std::size_t(J)], nj = kp_.rows(J);
       const auto [smin, smax] = span(tk_, jb, nj);
-      if (!epi_.skip(tmin, tmax, smin, smax)) pair(w, sh, I, J);
+      if (epi_.skip(tmin, tmax, smin, smax)) continue;
+      // Causal with sorted keys: the keys after the last s ≤ tmax are masked for every row of the
+      // tile (their W and P are 0), so the pair stops before them: the diagonal tiles' masked
+      // half is not computed.
+      pair(w, sh, I, J, trim_causal_ ? visible_keys(jb, nj, tmax) : nj);
     }
     backward_tile(w, /*query=*/true, I, w.dqhat, g_.parameters ? &sh.parameters : nullptr);
+  }
+  // The number of keys in [jb, jb + nj) with s ≤ tmax (sorted keys: a prefix).
+  Index visible_keys(Index jb, Index nj, double tmax) const {
+    Index lo = 0, hi = nj;
+    while (lo < hi) {
+      const Index mid = lo + (hi - lo) / 2;
+      if (tk_[jb + mid] > tmax)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return lo;
   }
   static std::pair<double, double> span(const Positions& p, Index b, Index n) {
     double lo = p[b], hi = p[b];
@@ -387,10 +407,10 @@ class Run {
     return {lo, hi};
   }
 
-  // One query tile against one key tile, every head.
-  void pair(Workspace<C>& w, Shard& sh, Index I, Index J) {
+  // One query tile against the first nj keys of one key tile, every head.
+  void pair(Workspace<C>& w, Shard& sh, Index I, Index J, Index nj) {
     const Index ib = qp_.begin[std::size_t(I)], ni = qp_.rows(I);
-    const Index jb = kp_.begin[std::size_t(J)], nj = kp_.rows(J);
+    const Index jb = kp_.begin[std::size_t(J)];
     const double delta = qp_.anchor[std::size_t(I)] - kp_.anchor[std::size_t(J)];
     const bool shifted = delta != 0;
     auto W = w.W.topLeftCorner(ni, nj);
@@ -436,6 +456,7 @@ class Run {
   const Index nq_, nk_, Hq_, Hk_, d_, G_;
   const int threads_;
   tiled::TilePlan qp_, kp_;
+  bool trim_causal_ = false;  // a causal epilogue and sorted keys
   Workspace<C>& ws_ = Workspace<C>::local();  // the calling thread's: k̂ and the summed dk̂
 };
 
