@@ -235,12 +235,16 @@ class Run {
     if (Index(shards.size()) < S) shards.resize(std::size_t(S));
     const int nt = shard_threads(threads_, S);
     std::exception_ptr err;  // the first failure (an allocation), rethrown after the region
+#ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#endif
     for (Index s = 0; s < S; ++s) {
       try {
         run_shard(s, S, shards[std::size_t(s)]);
       } catch (...) {
+#ifdef _OPENMP
 #pragma omp critical(peal_backward_error)
+#endif
         {
           if (!err) err = std::current_exception();
         }
@@ -286,8 +290,11 @@ class Run {
   // The shards' sums into the totals, each entry summed in shard order (shard 0's are the
   // totals already; dk̂ over threads by entries: the same sums as one thread's).
   void join(const std::vector<Shard>& shards, Index S, int nt) {
+    (void)nt;  // without OpenMP
     const Index n = S > 1 ? nk_ * Hk_ * d_ : 0;
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && n > 65536)
+#endif
     for (Index x = 0; x < n; ++x) {
       C acc = ws_.dkhat[std::size_t(x)];
       for (Index s = 1; s < S; ++s) acc += shards[std::size_t(s)].dkhat[std::size_t(x)];
