@@ -162,16 +162,8 @@ class Epilogue {
   }
   // The shards' sums into the totals, each entry in shard order (dV over threads by entries).
   void join(const std::vector<const Part*>& parts, int threads) {
-    (void)threads;  // without OpenMP
-    const Index S = Index(parts.size()), n = S > 1 ? nk_ * Hk_ * dv_ : 0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 65536)
-#endif
-    for (Index x = 0; x < n; ++x) {  // shard 0's dV is the total
-      C acc = w_.dvacc[std::size_t(x)];
-      for (Index s = 1; s < S; ++s) acc += parts[std::size_t(s)]->dv[std::size_t(x)];
-      w_.dvacc[std::size_t(x)] = acc;
-    }
+    br::join_shards(w_.dvacc.data(), nk_ * Hk_ * dv_, Index(parts.size()),
+                    [&](Index s) -> const C* { return parts[std::size_t(s)]->dv; }, threads);
     for (const Part* p : parts) {
       for (std::size_t h = 0; h < p->slopes.size(); ++h) (*g_.alibi_slopes)[h] += p->slopes[h];
       for (std::size_t j = 0; j < p->key_positions.size(); ++j)

@@ -201,6 +201,22 @@ inline int shard_threads(int threads, Index shards) {
   return int(std::max<Index>(1, std::min<Index>(nt, shards)));
 }
 
+// total[x] += Σ_{s=1..S−1} shard(s)[x] (shard 0's sums are the total already), each entry
+// summed in shard order: threads over the entries give the bits of one thread.
+template <class C, class Shard>
+void join_shards(C* total, Index n, Index S, Shard shard, int threads) {
+  (void)threads;  // without OpenMP
+  if (S < 2) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n > 65536)
+#endif
+  for (Index x = 0; x < n; ++x) {
+    C acc = total[x];
+    for (Index s = 1; s < S; ++s) acc += shard(s)[x];
+    total[x] = acc;
+  }
+}
+
 template <class C, class E, class Tq, class Tk, class Tdq, class Tdk, class R, class Epi>
 class Run {
  public:
@@ -290,16 +306,8 @@ class Run {
   // The shards' sums into the totals, each entry summed in shard order (shard 0's are the
   // totals already; dk̂ over threads by entries: the same sums as one thread's).
   void join(const std::vector<Shard>& shards, Index S, int nt) {
-    (void)nt;  // without OpenMP
-    const Index n = S > 1 ? nk_ * Hk_ * d_ : 0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && n > 65536)
-#endif
-    for (Index x = 0; x < n; ++x) {
-      C acc = ws_.dkhat[std::size_t(x)];
-      for (Index s = 1; s < S; ++s) acc += shards[std::size_t(s)].dkhat[std::size_t(x)];
-      ws_.dkhat[std::size_t(x)] = acc;
-    }
+    join_shards(ws_.dkhat.data(), nk_ * Hk_ * d_, S,
+                [&](Index s) -> const C* { return shards[std::size_t(s)].dkhat; }, nt);
     std::vector<const Part*> parts;
     for (Index s = 0; s < S; ++s) {
       const Shard& sh = shards[std::size_t(s)];
