@@ -117,11 +117,11 @@ def test_encode_gradcheck_and_reference(layout, side):
         assert torch.allclose(a, b, rtol=1e-11, atol=1e-12)
 
 
-def test_rope_at_large_positions_matches_hf_in_long_double_free_form():
-    # RoPE (no damping) near 1.7e9: HF's float64 cos/sin of t * inv_freq lose ~1e-7 there, peal
-    # reduces the angle exactly (docs/numerics.md); compare with the exact angles from Python's
-    # fractions-free route: t * inv_freq in float64 is exact for integer t and a power-of-two
-    # inv_freq, so the reference is exact too.
+def test_rope_near_1e9_matches_the_exact_angles():
+    # RoPE near 1.7e9. With a general inv_freq the float64 product t * inv_freq is already off by
+    # up to t ulp(1) ~ 2e-7 rad, so a reference would be as wrong as what it checks. Here t is an
+    # integer and inv_freq a power of two: the product is exact, the reference's cos and sin are
+    # correctly rounded, and peal's exact angle reduction (docs/numerics.md) must agree to 1e-12.
     t = torch.tensor([1.7e9, 1.7e9 + 1, 1.7e9 + 17], dtype=F64)
     inv = torch.tensor([0.5, 2.0 ** -10], dtype=F64)
     x = rnd(3, 2, 4, grad=False)
