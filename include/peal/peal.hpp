@@ -48,6 +48,7 @@
 #include "encode_backward.hpp"
 #include "parameters.hpp"
 #include "scores_backward.hpp"
+#include "scores_nd_backward.hpp"
 // Last: with PEAL_COMPILED (a TU linking peal::compiled) the preset kernels are declared
 // extern here and come from the library (docs/build-cost.md); otherwise this adds nothing.
 #include "compiled.hpp"
