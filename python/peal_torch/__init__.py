@@ -1,4 +1,4 @@
-"""peal_torch: peal's fused attention and encode as PyTorch autograd functions.
+"""peal_torch: peal's fused attention, linear attention and encode as PyTorch autograd functions.
 
 The encoding is a bank of rotations on the first 2n coordinates of each head (the rest pass
 through): pair i rotates by omega_i * t and, with a damping a_i, scales by exp(a_i * t), so
@@ -8,8 +8,10 @@ through): pair i rotates by omega_i * t and, with a damping a_i, scales by exp(a
 a = 0 is RoPE with inv_freq = omega (HF's rotate_half layout, "half_split", or the
 GPT-J/Meta "interleaved" one), a < 0 an xPos/RetNet-like damped rotation. Gradients are
 exact and deterministic, for q, k, v, the frequencies, the dampings, the positions (learned
-or data-dependent timestamps), ALiBi slopes and attention sinks: the backward kernels of
-include/peal/attention_backward.hpp and include/peal/encode_backward.hpp (docs/gradients.md).
+or data-dependent timestamps), ALiBi slopes, attention sinks and linear attention's per-head
+decays: the backward kernels of include/peal/attention_backward.hpp,
+include/peal/linear_attention_backward.hpp and include/peal/encode_backward.hpp
+(docs/gradients.md).
 
 Tensors are token-major, as peal's: [tokens, heads, dim], or [batch, tokens, heads, dim]
 with positions [tokens] (shared) or [batch, tokens]. float32 or float64 on the CPU. The
@@ -25,7 +27,7 @@ import torch
 
 import _peal_torch as _ext
 
-__all__ = ["attention", "encode"]
+__all__ = ["attention", "linear_attention", "encode"]
 
 _LAYOUTS = ("half_split", "interleaved")
 
@@ -195,6 +197,88 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, dtq, dtk, d_omega, d_a, d_slopes, d_sinks, None
 
 
+@dataclass(frozen=True)
+class _LinearSettings:
+    interleaved: bool
+    scale: Optional[float]
+    form: str
+    chunk: int
+    threads: int
+
+
+def _linear_options(cfg, decay):
+    o = _ext.LinearOptions()
+    o.scale = cfg.scale
+    o.form = cfg.form
+    o.chunk = cfg.chunk
+    o.threads = cfg.threads
+    o.decay = None if decay is None else _np(decay, torch.float64)
+    return o
+
+
+class _LinearAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, tq, tk, omega, a, decay, cfg):
+        name = _dtype_name(q)
+        if not q.dtype == k.dtype == v.dtype:
+            raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
+        om, an = _parameter_arrays(omega, a)
+        opt = _linear_options(cfg, decay)
+        fwd = getattr(_ext, "linear_forward_" + name)
+        out = torch.stack([torch.from_numpy(fwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64),
+                                                _np(kb[b], q.dtype), _np(ptk[b], torch.float64),
+                                                _np(vb[b], q.dtype), om, an, cfg.interleaved, opt))
+                           for b in range(qb.shape[0])])
+        ctx.save_for_backward(q, k, v, tq, tk, omega, a, decay)
+        ctx.cfg = cfg
+        ctx.batched = batched
+        return out if batched else out[0]
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, tq, tk, omega, a, decay = ctx.saved_tensors
+        cfg = ctx.cfg
+        name = _dtype_name(q)
+        need = ctx.needs_input_grad
+        qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
+        dob = d_out if ctx.batched else d_out.unsqueeze(0)
+        om, an = _parameter_arrays(omega, a)
+        opt = _linear_options(cfg, decay)
+        w = _ext.Wants()
+        w.q, w.k, w.v = need[0], need[1], need[2]
+        w.tq, w.tk = need[3], need[4]
+        w.parameters = need[5] or need[6]
+        w.decay = need[7]
+        bwd = getattr(_ext, "linear_backward_" + name)
+        parts = [[] for _ in range(7)]
+        for b in range(qb.shape[0]):
+            got = bwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
+                      _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
+                      _np(dob[b], q.dtype), w)
+            for i, g in enumerate(got):
+                if g is not None:
+                    parts[i].append(torch.from_numpy(g))
+
+        def stacked(i):
+            g = torch.stack(parts[i])
+            return g if ctx.batched else g[0]
+
+        dq = stacked(0) if w.q else None
+        dk = stacked(1) if w.k else None
+        dv = stacked(2) if w.v else None
+        dtq = _reduce_positions(torch.stack(parts[4]), tq) if w.tq else None
+        dtk = _reduce_positions(torch.stack(parts[5]), tk) if w.tk else None
+        d_omega = d_a = None
+        if w.parameters:
+            g = torch.stack(parts[3]).sum(0)
+            n = omega.shape[0]
+            d_omega = g[:n].to(omega.dtype) if need[5] else None
+            d_a = g[n:].to(a.dtype) if need[6] else None
+        d_decay = torch.stack(parts[6]).sum(0).to(decay.dtype) if w.decay else None
+        return dq, dk, dv, dtq, dtk, d_omega, d_a, d_decay, None
+
+
 class _Encode(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, t, omega, a, interleaved, query):
@@ -273,6 +357,26 @@ def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", c
                     float(softcap), None if scale is None else float(scale), int(threads))
     out, lse = _Attention.apply(q, k, v, tq, tk, inv_freq, damping, alibi_slopes, sinks, cfg)
     return (out, lse) if return_lse else out
+
+
+def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", decay=None,
+                     scale=None, form="automatic", chunk=0, threads=0):
+    """Causal linear attention (retention) with the rotation bank (inv_freq, damping):
+
+        out_i = scale sum_{s_j <= t_i} decay_h^(t_i - s_j) (q_i^T A(t_i - s_j) k_j) v_j,
+
+    as peal::linear_attention computes it (include/peal/linear_attention.hpp, no
+    normalisation). Shapes as attention(); tq and tk must each be non-decreasing. decay [Hq]
+    in (0, 1] (RetNet's gamma_h; None: no decay) may require grad, as may every other tensor.
+    form ("automatic", "parallel", "chunkwise", "recurrent") and chunk choose how the forward
+    runs (the same function); the backward is one (quadratic in the tokens, in bounded memory:
+    docs/gradients.md).
+    """
+    interleaved = _layout(layout)
+    inv_freq, damping = _parameters(inv_freq, damping)
+    cfg = _LinearSettings(interleaved, None if scale is None else float(scale), str(form), int(chunk),
+                          int(threads))
+    return _LinearAttention.apply(q, k, v, tq, tk, inv_freq, damping, decay, cfg)
 
 
 def encode(x, t, inv_freq, *, damping=None, layout="half_split", side="query"):

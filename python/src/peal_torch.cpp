@@ -1,5 +1,6 @@
 // _peal_torch: the compiled half of the PyTorch op (python/peal_torch/__init__.py holds the
-// autograd glue). peal's fused attention and encode, forward and backward, for a rotation
+// autograd glue). peal's fused attention, linear attention and encode, forward and backward,
+// for a rotation
 // bank with learnable frequencies ω and dampings a (RoPE: a = 0; xPos / RetNet-like: a < 0)
 // on the first 2n coordinates of each head and the identity on the rest:
 //
@@ -21,8 +22,11 @@
 #include <peal/attention_backward.hpp>
 #include <peal/encode.hpp>
 #include <peal/encode_backward.hpp>
+#include <peal/linear_attention.hpp>
+#include <peal/linear_attention_backward.hpp>
 #include <peal/parameters.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace py = pybind11;
@@ -130,7 +134,7 @@ py::tuple attention_forward(const In<T>& q, const In<double>& tq, const In<T>& k
 // Which gradients attention_backward returns (None for the others).
 struct Wants {
   bool q = true, k = true, v = true, parameters = true, tq = false, tk = false, slopes = false,
-       sinks = false;
+       sinks = false, decay = false;
 };
 
 // (dq, dk, dv, d_parameters [ω then a], d_tq, d_tk, d_slopes, d_sinks); None where not wanted.
@@ -167,6 +171,79 @@ py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& 
                         maybe(w.parameters, array(g_par)), maybe(w.tq, array(g_tq)),
                         maybe(w.tk, array(g_tk)), maybe(grads.alibi_slopes, array(g_slopes)),
                         maybe(grads.sinks, array(g_sinks)));
+}
+
+struct LinearOptions {
+  std::optional<In<double>> decay;
+  std::optional<double> scale;
+  std::string form = "automatic";
+  Index chunk = 0;
+  int threads = 0;
+
+  peal::LinearAttentionOptions linear() const {
+    peal::LinearAttentionOptions o;
+    o.decay = vec(decay, "decay");
+    o.scale = scale;
+    o.chunk = chunk;
+    o.threads = threads;
+    using F = peal::LinearForm;
+    static const std::pair<const char*, F> forms[] = {
+        {"automatic", F::automatic}, {"parallel", F::parallel}, {"chunkwise", F::chunkwise},
+        {"recurrent", F::recurrent}};
+    for (const auto& f : forms)
+      if (form == f.first) {
+        o.form = f.second;
+        return o;
+      }
+    fail("form must be 'automatic', 'parallel', 'chunkwise' or 'recurrent', not '" + form + "'");
+  }
+};
+
+// Linear attention (normalization none): out [nq, Hq, dv].
+template <class T>
+py::array_t<T> linear_forward(const In<T>& q, const In<double>& tq, const In<T>& k,
+                              const In<double>& tk, const In<T>& v, const In<double>& omega,
+                              const In<double>& a, bool interleaved, const LinearOptions& o) {
+  const auto qv = rows(q, "q"), kv = rows(k, "k"), vv = rows(v, "v");
+  const Encoding enc = encoding(omega, a, qv.dim(), interleaved);
+  const peal::LinearAttentionOptions opt = o.linear();
+  auto out = empty_rows<T>(qv.tokens(), qv.heads(), vv.dim());
+  const Positions pq = positions(tq, "tq"), pk = positions(tk, "tk");
+  {
+    py::gil_scoped_release unlocked;
+    peal::linear_attention(enc, qv, pq, kv, pk, vv, rows(out), opt);
+  }
+  return out;
+}
+
+// (dq, dk, dv, d_parameters [ω then a], d_tq, d_tk, d_decay); None where not wanted.
+template <class T>
+py::tuple linear_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
+                          const In<double>& tk, const In<T>& v, const In<double>& omega,
+                          const In<double>& a, bool interleaved, const LinearOptions& o,
+                          const In<T>& d_out, const Wants& w) {
+  const auto qv = rows(q, "q"), kv = rows(k, "k"), vv = rows(v, "v");
+  const Encoding enc = encoding(omega, a, qv.dim(), interleaved);
+  const peal::LinearAttentionOptions opt = o.linear();
+  const Positions pq = positions(tq, "tq"), pk = positions(tk, "tk");
+  py::array_t<T> dq = empty_rows<T>(w.q ? qv.tokens() : 0, qv.heads(), qv.dim());
+  py::array_t<T> dk = empty_rows<T>(w.k ? kv.tokens() : 0, kv.heads(), kv.dim());
+  py::array_t<T> dv = empty_rows<T>(w.v ? vv.tokens() : 0, vv.heads(), vv.dim());
+  std::vector<double> g_par(std::size_t(peal::parameter_count(enc))), g_tq(std::size_t(qv.tokens())),
+      g_tk(std::size_t(kv.tokens())), g_decay(opt.decay.size());
+  peal::LinearAttentionGradients<double> grads{
+      w.parameters ? &g_par : nullptr, w.tq ? &g_tq : nullptr, w.tk ? &g_tk : nullptr,
+      w.decay && !g_decay.empty() ? &g_decay : nullptr};
+  auto want = [](bool wanted, py::array_t<T>& g) { return wanted ? rows(g) : TensorView<T>(); };
+  {
+    py::gil_scoped_release unlocked;
+    peal::linear_attention_backward(enc, qv, pq, kv, pk, vv, rows(d_out, "d_out"), want(w.q, dq),
+                                    want(w.k, dk), want(w.v, dv), opt, grads);
+  }
+  auto maybe = [](bool wanted, py::object x) { return wanted ? x : py::object(py::none()); };
+  return py::make_tuple(maybe(w.q, dq), maybe(w.k, dk), maybe(w.v, dv),
+                        maybe(w.parameters, array(g_par)), maybe(w.tq, array(g_tq)),
+                        maybe(w.tk, array(g_tk)), maybe(grads.decay, array(g_decay)));
 }
 
 // F(t) x (query) or G(t) x (key), out of place.
@@ -218,6 +295,8 @@ template <class T>
 void bind_storage(py::module_& m, const std::string& dtype) {
   m.def(("attention_forward_" + dtype).c_str(), &attention_forward<T>);
   m.def(("attention_backward_" + dtype).c_str(), &attention_backward<T>);
+  m.def(("linear_forward_" + dtype).c_str(), &linear_forward<T>);
+  m.def(("linear_backward_" + dtype).c_str(), &linear_backward<T>);
   m.def(("encode_forward_" + dtype).c_str(), &encode_forward<T>);
   m.def(("encode_backward_" + dtype).c_str(), &encode_backward<T>);
 }
@@ -225,8 +304,8 @@ void bind_storage(py::module_& m, const std::string& dtype) {
 }  // namespace
 
 PYBIND11_MODULE(_peal_torch, m) {
-  m.doc() = "peal's fused rotation-bank attention and encode, forward and backward "
-            "(the compiled half of peal_torch)";
+  m.doc() = "peal's fused rotation-bank attention, linear attention and encode, forward and "
+            "backward (the compiled half of peal_torch)";
   py::class_<Options>(m, "Options")
       .def(py::init<>())
       .def_readwrite("causal", &Options::causal)
@@ -245,7 +324,15 @@ PYBIND11_MODULE(_peal_torch, m) {
       .def_readwrite("tq", &Wants::tq)
       .def_readwrite("tk", &Wants::tk)
       .def_readwrite("slopes", &Wants::slopes)
-      .def_readwrite("sinks", &Wants::sinks);
+      .def_readwrite("sinks", &Wants::sinks)
+      .def_readwrite("decay", &Wants::decay);
+  py::class_<LinearOptions>(m, "LinearOptions")
+      .def(py::init<>())
+      .def_readwrite("decay", &LinearOptions::decay)
+      .def_readwrite("scale", &LinearOptions::scale)
+      .def_readwrite("form", &LinearOptions::form)
+      .def_readwrite("chunk", &LinearOptions::chunk)
+      .def_readwrite("threads", &LinearOptions::threads);
   bind_storage<float>(m, "float32");
   bind_storage<double>(m, "float64");
 }

@@ -72,3 +72,24 @@ def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", c
         p = p[..., :-1]
     p = torch.nan_to_num(p, nan=0.0)  # rows with no visible key and no sink: out = 0
     return torch.einsum("hij,jhd->ihd", p, ve)
+
+
+def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", decay=None,
+                     scale=None):
+    """Unbatched, causal by position (s_j <= t_i), no normalisation."""
+    nq, Hq, d = q.shape
+    Hk = k.shape[1]
+    qe = encode(q, tq, inv_freq, damping, layout, "query")
+    ke = encode(k, tk, inv_freq, damping, layout, "key").repeat_interleave(Hq // Hk, dim=1)
+    ve = v.repeat_interleave(Hq // Hk, dim=1)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    s = torch.einsum("ihd,jhd->hij", qe, ke) * scale
+    tau = tq.to(q.dtype)[:, None] - tk.to(q.dtype)[None, :]
+    visible = tau >= 0
+    if decay is not None:
+        # gamma^tau only where visible (tau < 0 would grow; where() keeps its gradient out)
+        w = torch.exp(torch.where(visible, tau, torch.zeros_like(tau))[None] *
+                      torch.log(decay.to(q.dtype))[:, None, None])
+        s = s * w
+    s = s.masked_fill(~visible, 0.0)
+    return torch.einsum("hij,jhd->ihd", s, ve)

@@ -1,0 +1,102 @@
+"""peal_torch.linear_attention against gradcheck and the plain PyTorch formula (reference.py).
+
+The same protocol as test_peal_torch.py: float64 gradcheck of every input (q, k, v, both
+position tensors, frequencies, dampings, decays), float64 values and gradients against
+reference.linear_attention's autograd for every form, float32 against the float64 truth (at
+most twice PyTorch's own float32 error plus one ulp of the scale), bad input as ValueError.
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peal_torch  # noqa: E402
+import reference  # noqa: E402
+from test_peal_torch import F32_ULP, F64, float32_errors, positions, rnd  # noqa: E402
+
+torch.manual_seed(1)
+
+
+def problem(damped, decayed, nq=6, nk=7, Hq=4, Hk=2, d=8, dv=6):
+    p = dict(q=rnd(nq, Hq, d), k=rnd(nk, Hk, d), v=rnd(nk, Hk, dv),
+             tq=positions(nq, 2.0, True, True), tk=positions(nk, 0.0, True, True),
+             inv_freq=torch.tensor([0.9, 0.3, 0.02], dtype=F64, requires_grad=True))
+    p["damping"] = torch.tensor([-0.05, -0.01, 0.0], dtype=F64, requires_grad=True) if damped else None
+    p["decay"] = torch.tensor([0.9, 0.5, 0.97, 0.99], dtype=F64, requires_grad=True) if decayed else None
+    names = [n for n in ("q", "k", "v", "tq", "tk", "inv_freq", "damping", "decay") if p[n] is not None]
+    return p, names
+
+
+def runner(p, names, fn, layout, **fixed):
+    def f(*xs):
+        kw = dict(zip(names, xs))
+        args = [kw.pop(n) for n in ("q", "k", "v", "tq", "tk", "inv_freq")]
+        return fn(*args, layout=layout, **kw, **fixed)
+    return f
+
+
+@pytest.mark.parametrize("layout", ["half_split", "interleaved"])
+@pytest.mark.parametrize("damped", [False, True])
+@pytest.mark.parametrize("decayed", [False, True])
+def test_linear_attention_gradcheck(layout, damped, decayed):
+    p, names = problem(damped, decayed)
+    f = runner(p, names, peal_torch.linear_attention, layout)
+    assert torch.autograd.gradcheck(f, [p[n] for n in names], eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("layout", ["half_split", "interleaved"])
+@pytest.mark.parametrize("form", [dict(form="parallel"), dict(form="chunkwise", chunk=3),
+                                  dict(form="recurrent"), dict(scale=0.3)])
+def test_linear_attention_matches_reference_float64(layout, form):
+    p, names = problem(damped=True, decayed=True, d=10)  # partial rotary: 6 of 10 coordinates
+    tensors = [p[n] for n in names]
+    ours = runner(p, names, peal_torch.linear_attention, layout, **form)(*tensors)
+    ref = runner(p, names, reference.linear_attention, layout,
+                 **{k: v for k, v in form.items() if k == "scale"})(*tensors)
+    assert torch.allclose(ours, ref, rtol=1e-10, atol=1e-12)
+    d_out = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad(ours, tensors, d_out), torch.autograd.grad(ref, tensors, d_out)):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-11 * (1 + b.abs().max()))
+
+
+def test_linear_attention_batched():
+    p, _ = problem(damped=False, decayed=True)
+    qb, kb, vb = rnd(2, 6, 4, 8), rnd(2, 7, 2, 8), rnd(2, 7, 2, 6)
+    out = peal_torch.linear_attention(qb, kb, vb, p["tq"], p["tk"], p["inv_freq"], decay=p["decay"])
+    for b in range(2):
+        one = peal_torch.linear_attention(qb[b], kb[b], vb[b], p["tq"], p["tk"], p["inv_freq"],
+                                          decay=p["decay"])
+        assert torch.equal(out[b], one)
+    f = lambda q, k, v, dec: peal_torch.linear_attention(q, k, v, p["tq"], p["tk"], p["inv_freq"], decay=dec)  # noqa: E731,E501
+    assert torch.autograd.gradcheck(f, (qb, kb, vb, p["decay"]), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("layout", ["half_split", "interleaved"])
+def test_linear_attention_float32_as_accurate_as_pytorch_float32(layout):
+    p, _ = problem(damped=False, decayed=True, nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32)
+    p["inv_freq"] = (10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)).requires_grad_()
+    names = ["q", "k", "v", "inv_freq", "decay"]
+    tq, tk = p["tq"].detach() + 500.0, p["tk"].detach() + 490.0
+
+    def run(fn):
+        return lambda q, k, v, inv, dec: fn(q, k, v, tq, tk, inv, layout=layout, decay=dec)
+    ours, theirs, scale = float32_errors(run(peal_torch.linear_attention),
+                                         run(reference.linear_attention), [p[n] for n in names])
+    for name, e_ours, e_ref, s in zip(["out"] + names, ours, theirs, scale):
+        assert e_ours <= 2 * e_ref + F32_ULP * s, (name, float(e_ours), float(e_ref))
+
+
+def test_linear_attention_bad_input():
+    p, _ = problem(damped=False, decayed=False)
+    args = (p["q"], p["k"], p["v"], p["tq"], p["tk"], p["inv_freq"])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        peal_torch.linear_attention(p["q"], p["k"], p["v"], p["tq"].flip(0), p["tk"], p["inv_freq"])
+    with pytest.raises(ValueError, match="form"):
+        peal_torch.linear_attention(*args, form="quadratic")
+    with pytest.raises(ValueError):
+        peal_torch.linear_attention(*args, decay=torch.tensor([0.9, 1.5, 0.5, 0.5], dtype=F64))
+    with pytest.raises(ValueError):
+        peal_torch.linear_attention(*args, decay=torch.tensor([0.9, 0.5], dtype=F64))
