@@ -16,7 +16,7 @@
 // or v stores double, float otherwise); positions, D and the gradients of the slopes, sinks
 // and parameters in double. Threads (opt.threads) over shards of the query tiles,
 // deterministic: any thread count gives the bits of one thread. PerHead (one encoding per query
-// head): each head's backward on its slices, below. Not yet: N-D points (docs/gradients.md §6).
+// head): each head's backward on its slices, below. N-D points: scores_nd_backward.hpp.
 #pragma once
 
 #include <algorithm>

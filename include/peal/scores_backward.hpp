@@ -28,8 +28,8 @@
 // before the encode backward, whose rotation-bank pair sums need one storage type); positions,
 // anchors, the decay factors and the parameter gradients in double. Threads (opt.threads)
 // over shards of the query tiles, deterministic: any thread count gives the bits of one thread.
-// PerHead (one encoding per query head): each head's backward on its slices, below. Not yet:
-// N-D points (docs/gradients.md §6).
+// PerHead (one encoding per query head): each head's backward on its slices, below. N-D points:
+// scores_nd_backward.hpp.
 #pragma once
 
 #include <algorithm>
