@@ -5,6 +5,8 @@
 // the reference and of the tolerance is at the top of tests/test_attention_backward.cpp.
 #pragma once
 
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -40,6 +42,7 @@ struct Shape {
   bool causal;
   double window, softcap;
   bool alibi, sinks, keys_encoded;
+  bool sorted = false;  // positions in order: a causal call cuts its tiles (row blocks)
 };
 
 template <class Fam>
@@ -69,6 +72,7 @@ struct Problem {
     std::uniform_real_distribution<double> u(-1, 1), pos(sh.lo, sh.hi);
     for (int i = 0; i < sh.nq; ++i) c.tq.push_back(pos(rr));
     for (int j = 0; j < sh.nk; ++j) c.tk.push_back(pos(rr));
+    if (sh.sorted) std::sort(c.tq.begin(), c.tq.end()), std::sort(c.tk.begin(), c.tk.end());
     for (int i = 0; i < sh.nq * sh.Hq * c.d; ++i) c.q.push_back(u(rr));
     for (int i = 0; i < sh.nk * sh.Hk * c.d; ++i) c.k.push_back(u(rr));
     for (int i = 0; i < sh.nk * sh.Hk * sh.dv; ++i) c.v.push_back(u(rr));

@@ -5,6 +5,8 @@
 // reference and of the tolerance is at the top of tests/test_scores_backward.cpp.
 #pragma once
 
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <peal/scores_backward.hpp>
@@ -37,6 +39,7 @@ struct Shape {
   int nq, nk, Hq, Hk;
   double lo, hi;
   bool causal, alibi, decay;
+  bool sorted = false;  // positions in order: a causal call cuts its tiles (row blocks)
 };
 
 template <class Fam>
@@ -60,6 +63,7 @@ struct Problem {
     std::uniform_real_distribution<double> u(-1, 1), pos(sh.lo, sh.hi);
     for (int i = 0; i < sh.nq; ++i) p.tq.push_back(pos(rr));
     for (int j = 0; j < sh.nk; ++j) p.tk.push_back(pos(rr));
+    if (sh.sorted) std::sort(p.tq.begin(), p.tq.end()), std::sort(p.tk.begin(), p.tk.end());
     for (int i = 0; i < sh.nq * sh.Hq * p.d; ++i) p.q.push_back(u(rr));
     for (int i = 0; i < sh.nk * sh.Hk * p.d; ++i) p.k.push_back(u(rr));
     for (int i = 0; i < sh.Hq * sh.nq * sh.nk; ++i) p.ds.push_back(u(rr));

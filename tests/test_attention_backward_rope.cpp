@@ -56,3 +56,12 @@ TEST_CASE("attention backward: out and lse as the forward returns them", "[atten
   }
   for (std::size_t x = 0; x < out2.size(); ++x) CHECK(std::abs(LD(out2[x]) - LD(c.out[x])) <= rel);
 }
+
+TEST_CASE("attention backward: causal over sorted positions, in row blocks", "[attention_backward]") {
+  // 130 queries and 140 keys in order over [0, 300]: one query tile of three row blocks (64,
+  // 64, 2 rows), each stopping at the last key its last row sees, so the blocks' P have three
+  // widths (the bits must not depend on the width a buffer had before); ALiBi and sinks.
+  const Shape sh{130, 140, 1, 1, 4, 0, 300, true, kNone, 0, true, true, false, true};
+  check_attention_backward<RopePartial>(sh, Regime::Random, 0, 31);
+  check_attention_backward<RopePartial, float>(sh, Regime::Random, 0, 32);
+}

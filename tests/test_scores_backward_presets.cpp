@@ -26,3 +26,9 @@ TEST_CASE("scores backward: float storage, float arithmetic", "[scores_backward]
   check_scores_backward<RopePartial, float>(rope, Regime::Random, 0, false, 14);
   check_scores_backward<RopePartial, float>(rope, Regime::Random, 0, false, 14, true);  // strided
 }
+
+TEST_CASE("scores backward: causal over sorted positions, in row blocks", "[scores_backward]") {
+  // One query tile of three row blocks, each stopping at the last key its last row sees.
+  const Shape sh{130, 140, 1, 1, 0, 300, true, true, true, true};
+  check_scores_backward<RopePartial>(sh, Regime::Random, 0, false, 33);
+}

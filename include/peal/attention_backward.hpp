@@ -185,7 +185,11 @@ class Epilogue {
   void weights(Part& part, Index h, Index kh, Index ib, Index ni, Index jb, Index nj,
                const br::Rows<C>& qh, const br::Tile<C>& kt, br::Tile<C> W) {
     Work<C>& tw = Work<C>::local();
-    br::at_least(tw.P, ni, nj);
+    // P's rows start on 64 bytes whatever the buffer's history (a whole number of 16-entry
+    // packets per row): Eigen's vectorised exp and tanh run scalar code on the entries before a
+    // row's first aligned one, and those round differently, so a stride left by an earlier call
+    // or by another thread would change the bits.
+    br::at_least(tw.P, ni, (nj + 15) / 16 * 16);
     br::at_least(tw.dP, ni, nj);
     br::at_least(tw.Cap, ni, nj);
     auto P = tw.P.topLeftCorner(ni, nj).array();

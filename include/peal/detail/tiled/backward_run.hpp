@@ -89,6 +89,11 @@ TensorView<T> token_range(const TensorView<T>& v, Index b, Index n) {
   return TensorView<T>(v.vector(b, 0), n, v.heads(), v.dim(), v.strides());
 }
 
+// Rows [r0, r0 + nr) of a query tile against the first nj keys of a key tile (Run::pair).
+struct RowBlock {
+  Index r0, nr, nj;
+};
+
 // Working memory of a call, kept by the calling thread between calls (fresh allocations of a
 // few MB per call cost more page faults than the arithmetic at n = 512): the encoded key rows
 // and their gradient (nk·Hk·d doubles each), one query tile's (256·Hq·d each), the tile pair's
@@ -97,6 +102,7 @@ template <class C>
 struct Workspace {
   std::vector<C> khat, dkhat, qhat, dqhat, xbuf;
   RowMatrix<C> W, kt, u;
+  std::vector<RowBlock> blocks;
   static Workspace& local() {
     thread_local Workspace w;
     return w;
@@ -397,10 +403,7 @@ class Run {
       const Index jb = kp_.begin[std::size_t(J)], nj = kp_.rows(J);
       const auto [smin, smax] = span(tk_, jb, nj);
       if (epi_.skip(tmin, tmax, smin, smax)) continue;
-      // Causal with sorted keys: the keys after the last s ≤ tmax are masked for every row of the
-      // tile (their W and P are 0), so the pair stops before them: the diagonal tiles' masked
-      // half is not computed.
-      pair(w, sh, I, J, trim_causal_ ? visible_keys(jb, nj, tmax) : nj);
+      pair(w, sh, I, J, nj);
     }
     backward_tile(w, /*query=*/true, I, w.dqhat, g_.parameters ? &sh.parameters : nullptr);
   }
@@ -416,19 +419,42 @@ class Run {
     }
     return lo;
   }
+  // The tile's rows in blocks, each against the keys it may see. Causal with sorted keys, the
+  // keys after the last s ≤ max t of a block are masked for every row of it (their W and P are
+  // 0), so a block of kRowBlock rows stops before them: of a diagonal tile pair only the blocks'
+  // staircase is computed, not the masked triangle (n = 512: a quarter fewer pairs than one cut
+  // per tile). Otherwise one block, every row against every key.
+  static constexpr Index kRowBlock = 64;
+  Index row_blocks(Index ib, Index ni, Index jb, Index nj, RowBlock* out) const {
+    if (!trim_causal_) {
+      out[0] = {0, ni, nj};
+      return 1;
+    }
+    Index n = 0;
+    for (Index r0 = 0; r0 < ni; r0 += kRowBlock) {
+      const Index nr = std::min(kRowBlock, ni - r0);
+      const Index keys = visible_keys(jb, nj, span(tq_, ib + r0, nr).second);
+      if (keys > 0) out[n++] = {r0, nr, keys};
+    }
+    return n;
+  }
   static std::pair<double, double> span(const Positions& p, Index b, Index n) {
     double lo = p[b], hi = p[b];
     for (Index r = 1; r < n; ++r) lo = std::min(lo, p[b + r]), hi = std::max(hi, p[b + r]);
     return {lo, hi};
   }
 
-  // One query tile against the first nj keys of one key tile, every head.
+  // One query tile against one key tile of nj keys, every head, in row blocks (row_blocks).
   void pair(Workspace<C>& w, Shard& sh, Index I, Index J, Index nj) {
     const Index ib = qp_.begin[std::size_t(I)], ni = qp_.rows(I);
     const Index jb = kp_.begin[std::size_t(J)];
+    w.blocks.resize(std::size_t(ni / kRowBlock + 1));
+    const Index nb = row_blocks(ib, ni, jb, nj, w.blocks.data());
+    if (nb == 0) return;
+    nj = 0;  // the most any block sees
+    for (Index b = 0; b < nb; ++b) nj = std::max(nj, w.blocks[std::size_t(b)].nj);
     const double delta = qp_.anchor[std::size_t(I)] - kp_.anchor[std::size_t(J)];
     const bool shifted = delta != 0;
-    auto W = w.W.topLeftCorner(ni, nj);
     auto kt = w.kt.topLeftCorner(nj, d_);
     auto u = w.u.topLeftCorner(nj, d_);
     RowMatrix<C> ax;  // A_X(Δ), dense: applied to a tile's rows by a GEMM
@@ -440,12 +466,16 @@ class Run {
       else
         kt = kh_rows;
       u.setZero();
-      for (Index h = kh * G_; h < (kh + 1) * G_; ++h) {
-        const Rows<C> qh = head_rows(w.qhat, 0, ni, Hq_, h, d_);
-        epi_.weights(sh.part, h, kh, ib, ni, jb, nj, qh, kt, W);
-        head_rows(w.dqhat, 0, ni, Hq_, h, d_).noalias() += W * kt;
-        u.noalias() += W.transpose() * qh;
-      }
+      for (Index h = kh * G_; h < (kh + 1) * G_; ++h)
+        for (Index b = 0; b < nb; ++b) {
+          const RowBlock& rb = w.blocks[std::size_t(b)];
+          const Rows<C> qh = head_rows(w.qhat, rb.r0, rb.nr, Hq_, h, d_);
+          Tile<C> Wb = w.W.topLeftCorner(rb.nr, rb.nj);
+          const Tile<C> ktb = w.kt.topLeftCorner(rb.nj, d_);
+          epi_.weights(sh.part, h, kh, ib + rb.r0, rb.nr, jb, rb.nj, qh, ktb, Wb);
+          head_rows(w.dqhat, rb.r0, rb.nr, Hq_, h, d_).noalias() += Wb * ktb;
+          w.u.topLeftCorner(rb.nj, d_).noalias() += Wb.transpose() * qh;
+        }
       if (shifted && g_.parameters) {  // ∂A_X(Δ)/∂θ: Σ_j u_jᵀ ∂A_X(Δ) k̂_j
         using M = Eigen::Matrix<R, Eigen::Dynamic, Eigen::Dynamic>;
         const M U = u.transpose().template cast<R>(), V = kh_rows.transpose().template cast<R>();
