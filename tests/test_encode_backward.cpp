@@ -6,7 +6,8 @@
 // the dense derivatives of the twin (derivatives.hpp, themselves checked against central
 // differences in test_derivatives.cpp) and, end to end, against a central difference of the
 // loss L(θ) = Σ ⟨G, encoded rows⟩; in place = out of place bitwise; gradients add up; bad
-// input throws and writes nothing.
+// input throws and writes nothing. The rotation banks' fused pass: dq bitwise the forward
+// kernel at the negated positions, in place, its gradients against the staged path, threads.
 //
 // Storage: double for every family, float for a composition, RoPE and xPos (check_family).
 // Tolerances (tests/tolerances.hpp): dq, dk per element as the encode kernels they run
@@ -16,10 +17,15 @@
 // summed over tokens in double).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <peal/encode_backward.hpp>
 #include <peal/per_head.hpp>
 #include <random>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "derivative_check.hpp"
 #include "families.hpp"
@@ -441,6 +447,196 @@ TEST_CASE("encode backward: strided or mixed-type rows take the staged path, sam
                                 {&c, &tc});
   for (int k = 0; k < P; ++k) CHECK(std::abs(LD(a[std::size_t(k)]) - LD(c[std::size_t(k)])) <= tol);
   for (int i = 0; i < 6; ++i) CHECK(std::abs(LD(ta[std::size_t(i)]) - LD(tc[std::size_t(i)])) <= tol);
+}
+
+namespace {
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// A rotation bank of n pairs, ω in [0.01, 1], a in [−rate, rate].
+peal::Bank<peal::RotationBlock<double>> rotation_bank(int n, peal::Layout layout, double rate,
+                                                      std::uint64_t seed) {
+  std::mt19937_64 r(seed);
+  std::uniform_real_distribution<double> w(0.01, 1.0), a(-1, 1);
+  std::vector<peal::RotationBlock<double>> blocks;
+  for (int i = 0; i < n; ++i) blocks.emplace_back(w(r), rate * a(r));
+  return peal::Bank<peal::RotationBlock<double>>(blocks, layout);
+}
+peal::RopeEncoding<double> partial_rope(int head_dim, double factor, peal::Layout layout) {
+  peal::RopeConfig c;
+  c.head_dim = head_dim;
+  c.partial_rotary_factor = factor;
+  c.layout = layout;
+  return peal::rope<double>(c);
+}
+const peal::Bank<peal::RotationBlock<double>>& bank_of(
+    const peal::Bank<peal::RotationBlock<double>>& b) {
+  return b;
+}
+const peal::Bank<peal::RotationBlock<double>>& bank_of(const peal::RopeEncoding<double>& e) {
+  return e.rotary();
+}
+
+// The fused pass of a rotation bank (encode_backward.hpp, rotation_pass: contiguous rows of one
+// storage type, gradients wanted) against what it replaces:
+//  - dq / dk bitwise the forward kernel at the negated positions (the key kernel at −t, the
+//    query kernel at −s), also for tokens whose e^{aτ} leaves the float range (apply_exact);
+//  - in place (dq over G's own view) bitwise out of place, gradients included;
+//  - the parameter and position gradients against the staged path (element stride 2: rows
+//    staged in double, the bilinear forms of derivatives.hpp), which sums the same products in
+//    another order: |a − b| ≤ 2 N eps Σ|terms| (N = tokens x heads x d products per entry,
+//    first order), each term bounded by (1 + |τ|)(1 + max|ω| + max|a|) e^{max|a τ|} |x| |g|.
+template <class T, class E>
+void check_fused(const E& enc, Side side, int tokens, int heads, double lo, double hi,
+                 std::uint64_t seed) {
+  const int n = enc.dim(), P = peal::parameter_count(enc);
+  const bool q = side == Side::query;
+  std::mt19937_64 r(seed);
+  std::uniform_real_distribution<double> u(-1, 1), p(lo, hi);
+  std::vector<double> pos, neg;
+  for (int i = 0; i < tokens; ++i) pos.push_back(p(r)), neg.push_back(-pos.back());
+  const std::size_t N = std::size_t(tokens) * std::size_t(heads) * std::size_t(n);
+  std::vector<T> x, g;
+  for (std::size_t i = 0; i < N; ++i) x.push_back(T(u(r))), g.push_back(T(u(r)));
+  auto backward = [&](TensorView<const T> xv, TensorView<const T> gv, TensorView<T> dv,
+                      std::vector<double>* gp, std::vector<double>* gt) {
+    if (q)
+      peal::encode_queries_backward(enc, xv, peal::Positions(pos), gv, dv, {gp, gt});
+    else
+      peal::encode_keys_backward(enc, xv, peal::Positions(pos), gv, dv, {gp, gt});
+  };
+  auto view = [&](std::vector<T>& v) { return TensorView<T>(v.data(), tokens, heads, n); };
+  auto cview = [&](const std::vector<T>& v) {
+    return TensorView<const T>(v.data(), tokens, heads, n);
+  };
+  INFO("side " << (q ? "query" : "key") << ", " << heads << " heads, storage size " << sizeof(T)
+               << ", dim " << n << ", positions [" << lo << ", " << hi << "]");
+
+  std::vector<T> dx(N), ref(N);
+  std::vector<double> gp(std::size_t(P), 0.0), gt(std::size_t(tokens), 0.0);
+  backward(cview(x), cview(g), view(dx), &gp, &gt);
+  if (q)  // dq = A(t) G = G(−t) G, dk = A(−s)ᵀ G = F(−s) G
+    peal::encode_keys(enc, cview(g), view(ref), peal::Positions(neg));
+  else
+    peal::encode_queries(enc, cview(g), view(ref), peal::Positions(neg));
+  CHECK(same_bits(dx, ref));
+
+  std::vector<T> io = g;
+  std::vector<double> gp2(std::size_t(P), 0.0), gt2(std::size_t(tokens), 0.0);
+  backward(cview(x), cview(io), view(io), &gp2, &gt2);
+  CHECK(same_bits(io, dx));
+  CHECK(gp2 == gp);
+  CHECK(gt2 == gt);
+
+  std::vector<T> xs(2 * N), gs(2 * N);
+  for (std::size_t i = 0; i < N; ++i) xs[2 * i] = x[i], gs[2 * i] = g[i];
+  const peal::Strides st{2 * heads * n, 2 * n, 2};
+  std::vector<double> gp3(std::size_t(P), 0.0), gt3(std::size_t(tokens), 0.0);
+  backward(TensorView<const T>(xs.data(), tokens, heads, n, st),
+           TensorView<const T>(gs.data(), tokens, heads, n, st), TensorView<T>(), &gp3, &gt3);
+  const auto& b = bank_of(enc).params();
+  const LD wmax = LD(b.col(0).abs().maxCoeff()), amax = LD(b.col(2).abs().maxCoeff());
+  LD mag = 0;
+  std::vector<LD> tmag(std::size_t(tokens), 0);
+  for (int i = 0; i < tokens; ++i) {
+    const LD t = std::abs(LD(pos[std::size_t(i)]));
+    LD sum = 0;
+    for (int j = 0; j < heads * n; ++j)
+      sum +=
+          std::abs(ld(x[std::size_t(i * heads * n + j)]) * ld(g[std::size_t(i * heads * n + j)]));
+    tmag[std::size_t(i)] = (1 + t) * (1 + wmax + amax) * std::exp(amax * t) * sum;
+    mag += tmag[std::size_t(i)];
+  }
+  const LD tol = 2 * LD(N) * Tol<double>::eps;
+  for (int k = 0; k < P; ++k) {
+    INFO("parameter " << k << ": " << gp[std::size_t(k)] << " vs staged " << gp3[std::size_t(k)]);
+    CHECK(std::abs(LD(gp[std::size_t(k)]) - LD(gp3[std::size_t(k)])) <= tol * mag);
+  }
+  for (int i = 0; i < tokens; ++i) {
+    INFO("position " << i << ": " << gt[std::size_t(i)] << " vs staged " << gt3[std::size_t(i)]);
+    CHECK(std::abs(LD(gt[std::size_t(i)]) - LD(gt3[std::size_t(i)])) <= tol * tmag[std::size_t(i)]);
+  }
+}
+
+template <class T>
+void check_fused_storage() {
+  using peal::Layout;
+  for (Side side : {Side::query, Side::key})
+    for (int heads : {1, 5}) {
+      // 70 pairs: one chunk of 64 and a tail; 41 interleaved: 82 elements, 64 + 16 + 2.
+      check_fused<T>(rotation_bank(70, Layout::HalfSplit, 1e-3, 61), side, 9, heads, 0, 4096,
+                     70 + heads);
+      check_fused<T>(rotation_bank(41, Layout::Interleaved, 0, 62), side, 9, heads, -1e4, 1e4,
+                     70 + heads);
+      check_fused<T>(rotation_bank(16, Layout::Interleaved, 1e-3, 63), side, 9, heads, -1e4, 1e4,
+                     70 + heads);
+      // Partial rotary (pass-through coordinates copied), at positions near 1.7e9.
+      check_fused<T>(partial_rope(40, 0.5, Layout::HalfSplit), side, 7, heads, 1.7e9, 1.7e9 + 4096,
+                     70 + heads);
+      check_fused<T>(partial_rope(24, 0.5, Layout::Interleaved), side, 7, heads, 1.7e9,
+                     1.7e9 + 4096, 70 + heads);
+      // e^{aτ} past the float range (|a τ| up to 150): those tokens' rows by apply_exact.
+      check_fused<T>(rotation_bank(8, Layout::HalfSplit, 0.05, 64), side, 9, heads, -3000, 3000,
+                     70 + heads);
+    }
+}
+
+// Threads (OpenMP): tokens split over threads, each token's parameter forms added in token
+// order after them, so any thread count gives the bits of one thread (dq, both gradients).
+void check_fused_threads(Side side, peal::Layout layout) {
+  const int T = 70, H = 8, n = 128;  // T H n >= kParallelMinElements: threads start
+  const auto enc = rotation_bank(n / 2, layout, 1e-3, 81);
+  std::mt19937_64 r(82);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> x(std::size_t(T * H * n)), g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = u(r), g[i] = u(r);
+  std::vector<double> pos;
+  for (int i = 0; i < T; ++i) pos.push_back(3.0 * i - 50);
+  auto run = [&](int threads, std::vector<float>& dx, std::vector<double>& gp,
+                 std::vector<double>& gt) {
+#ifdef _OPENMP
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+    dx.assign(x.size(), 0.0f), gp.assign(std::size_t(peal::parameter_count(enc)), 0.0);
+    gt.assign(std::size_t(T), 0.0);
+    const TensorView<const float> xv(x.data(), T, H, n), gv(g.data(), T, H, n);
+    if (side == Side::query)
+      peal::encode_queries_backward(enc, xv, peal::Positions(pos), gv,
+                                    TensorView<float>(dx.data(), T, H, n), {&gp, &gt});
+    else
+      peal::encode_keys_backward(enc, xv, peal::Positions(pos), gv,
+                                 TensorView<float>(dx.data(), T, H, n), {&gp, &gt});
+#ifdef _OPENMP
+    omp_set_num_threads(before);
+#endif
+  };
+  std::vector<float> d1, d;
+  std::vector<double> p1, t1, p, t;
+  run(1, d1, p1, t1);
+  for (int threads : {2, 3}) {
+    run(threads, d, p, t);
+    INFO(threads << " threads");
+    CHECK(same_bits(d, d1));
+    CHECK(same_bits(p, p1));
+    CHECK(same_bits(t, t1));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("encode backward: the fused rotation pass", "[encode_backward]") {
+  check_fused_storage<float>();
+  check_fused_storage<double>();
+  check_fused_storage<Eigen::half>();
+  for (Side side : {Side::query, Side::key})
+    for (peal::Layout layout : {peal::Layout::HalfSplit, peal::Layout::Interleaved})
+      check_fused_threads(side, layout);
 }
 
 TEST_CASE("encode backward: bad input throws and writes nothing", "[encode_backward]") {

@@ -189,16 +189,53 @@ struct encoding_derivatives<Bank<B>, std::enable_if_t<detail::has_block_paramete
     const auto& p = e.params();
     detail::angles_sincos(p.col(0).data(), p.col(1).data(), tau, n, sn, cs);
     sums(s1, s2);
+    forms_from_sums(e, tau, sn, cs, s1, s2, grad, stride, dtau);
+  }
+  /// The forms above from sn, cs = sin, cos of ω_i τ (angles_sincos's, or the same values from
+  /// the encode coder's row: encode_backward.hpp's fused pass) and the pair sums s1, s2.
+  static void forms_from_sums(const Bank<B>& e, R tau, const double* sn, const double* cs,
+                              const double* s1, const double* s2, R* grad, Index stride, R* dtau) {
+    static_assert(kRotations, "forms_from_sums: a bank of rotations with double parameters");
+    const int n = e.size();
+    const auto& p = e.params();
+    const double *w_hi = p.col(0).data(), *w_lo = p.col(1).data(), *a = p.col(2).data();
+    int growth = 0;
+    for (int i = 0; i < n; ++i) growth |= a[i] != 0;
+    if (!growth) {  // RoPE: e^{aτ} = 1 (mul_exp(v, 0) = v), loops that vectorise
+      if (grad && stride == 1) pure_forms(tau, sn, cs, s1, s2, grad, grad + n, n);
+      if (!dtau && (!grad || stride == 1)) return;
+      R sum = 0;
+      for (int i = 0; i < n; ++i) {
+        const double dw = cs[i] * s2[i] - sn[i] * s1[i], da = cs[i] * s1[i] + sn[i] * s2[i];
+        if (grad && stride != 1) {
+          grad[Index(i) * stride] += tau * dw;
+          grad[Index(n + i) * stride] += tau * da;
+        }
+        sum += (w_hi[i] + w_lo[i]) * dw;
+      }
+      if (dtau) *dtau += sum;
+      return;
+    }
     R sum = 0;
     for (int i = 0; i < n; ++i) {
-      const double a = p(i, 2), dw = cs[i] * s2[i] - sn[i] * s1[i], da = cs[i] * s1[i] + sn[i] * s2[i];
+      const double dw = cs[i] * s2[i] - sn[i] * s1[i], da = cs[i] * s1[i] + sn[i] * s2[i];
       if (grad) {  // τ e^{aτ} times each form, exact past the range (detail::mul_exp)
-        grad[Index(i) * stride] += a == 0 ? tau * dw : detail::mul_exp(tau * dw, a * tau);
-        grad[Index(n + i) * stride] += a == 0 ? tau * da : detail::mul_exp(tau * da, a * tau);
+        grad[Index(i) * stride] += a[i] == 0 ? tau * dw : detail::mul_exp(tau * dw, a[i] * tau);
+        grad[Index(n + i) * stride] += a[i] == 0 ? tau * da : detail::mul_exp(tau * da, a[i] * tau);
       }
-      if (dtau) sum += detail::mul_exp((p(i, 0) + p(i, 1)) * dw + a * da, a * tau);
+      if (dtau) sum += detail::mul_exp((w_hi[i] + w_lo[i]) * dw + a[i] * da, a[i] * tau);
     }
     if (dtau) *dtau += sum;
+  }
+
+ private:
+  static void pure_forms(R tau, const double* PEAL_RESTRICT sn, const double* PEAL_RESTRICT cs,
+                         const double* PEAL_RESTRICT s1, const double* PEAL_RESTRICT s2,
+                         R* PEAL_RESTRICT gw, R* PEAL_RESTRICT ga, int n) {
+    for (int i = 0; i < n; ++i) {
+      gw[i] += tau * (cs[i] * s2[i] - sn[i] * s1[i]);
+      ga[i] += tau * (cs[i] * s1[i] + sn[i] * s2[i]);
+    }
   }
 };
 
