@@ -38,6 +38,7 @@
 #include <random>
 #include <vector>
 
+#include "derivative_check.hpp"
 #include "tolerances.hpp"
 
 // The forward's 1-D stage over the encoded rows (double), instantiated once for the test
@@ -110,18 +111,8 @@ struct Heads<peal::PerHead<E>> {
   }
 };
 
-LD max_abs(const MLD& m) { return m.size() ? m.cwiseAbs().maxCoeff() : LD(0); }
-
-template <class T>
-void check_all(const char* what, const std::vector<T>& got, const std::vector<LD>& ref,
-               const std::vector<LD>& mag, LD rel, LD floor = 0) {
-  REQUIRE(got.size() == ref.size());
-  for (std::size_t x = 0; x < got.size(); ++x) {
-    INFO(what << "[" << x << "]: " << double(got[x]) << " vs " << double(ref[x]) << ", bound "
-              << double(rel * mag[x] + floor));
-    CHECK(std::abs(LD(got[x]) - ref[x]) <= rel * mag[x] + floor);
-  }
-}
+using peal_test::derivative_check::check_all;
+using peal_test::derivative_check::max_abs;
 
 struct Shape {
   int nq, nk, Hq, Hk, dv;

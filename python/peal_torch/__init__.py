@@ -98,6 +98,21 @@ def _attention_inputs(q, k, v, tq, tk):
     return qb, kb, vb, _positions(tq, B, qb.shape[1], "tq"), _positions(tk, B, kb.shape[1], "tk"), batched
 
 
+def _batch_results(fn, B, count, args):
+    """fn(*args(b)) for b < B, each returning count arrays or None: per position, the tensors."""
+    parts = [[] for _ in range(count)]
+    for b in range(B):
+        for i, g in enumerate(fn(*args(b))):
+            if g is not None:
+                parts[i].append(torch.from_numpy(g))
+    return parts
+
+
+def _stacked(part, batched):
+    g = torch.stack(part)
+    return g if batched else g[0]
+
+
 @dataclass(frozen=True)
 class _Settings:
     interleaved: bool
@@ -164,26 +179,18 @@ class _Attention(torch.autograd.Function):
         w.tq, w.tk = need[3], need[4]
         w.parameters = need[5] or need[6]
         w.slopes, w.sinks = need[7], need[8]
-        bwd = getattr(_ext, "attention_backward_" + name)
-        parts = [[] for _ in range(8)]
-        for b in range(qb.shape[0]):
-            got = bwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
-                      _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
-                      _np(out[b], q.dtype), _np(lse[b], torch.float64), _np(dob[b], q.dtype), w)
-            for i, g in enumerate(got):
-                if g is not None:
-                    parts[i].append(torch.from_numpy(g))
-
-        def stacked(i):
-            g = torch.stack(parts[i])
-            return g if ctx.batched else g[0]
+        parts = _batch_results(
+            getattr(_ext, "attention_backward_" + name), qb.shape[0], 8,
+            lambda b: (_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
+                       _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
+                       _np(out[b], q.dtype), _np(lse[b], torch.float64), _np(dob[b], q.dtype), w))
 
         def summed(i):
             return torch.stack(parts[i]).sum(0)
 
-        dq = stacked(0) if w.q else None
-        dk = stacked(1) if w.k else None
-        dv = stacked(2) if w.v else None
+        dq = _stacked(parts[0], ctx.batched) if w.q else None
+        dk = _stacked(parts[1], ctx.batched) if w.k else None
+        dv = _stacked(parts[2], ctx.batched) if w.v else None
         dtq = _reduce_positions(torch.stack(parts[4]), tq) if w.tq else None
         dtk = _reduce_positions(torch.stack(parts[5]), tk) if w.tk else None
         d_omega = d_a = None
@@ -250,23 +257,14 @@ class _LinearAttention(torch.autograd.Function):
         w.tq, w.tk = need[3], need[4]
         w.parameters = need[5] or need[6]
         w.decay = need[7]
-        bwd = getattr(_ext, "linear_backward_" + name)
-        parts = [[] for _ in range(7)]
-        for b in range(qb.shape[0]):
-            got = bwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
-                      _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
-                      _np(dob[b], q.dtype), w)
-            for i, g in enumerate(got):
-                if g is not None:
-                    parts[i].append(torch.from_numpy(g))
-
-        def stacked(i):
-            g = torch.stack(parts[i])
-            return g if ctx.batched else g[0]
-
-        dq = stacked(0) if w.q else None
-        dk = stacked(1) if w.k else None
-        dv = stacked(2) if w.v else None
+        parts = _batch_results(
+            getattr(_ext, "linear_backward_" + name), qb.shape[0], 7,
+            lambda b: (_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
+                       _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
+                       _np(dob[b], q.dtype), w))
+        dq = _stacked(parts[0], ctx.batched) if w.q else None
+        dk = _stacked(parts[1], ctx.batched) if w.k else None
+        dv = _stacked(parts[2], ctx.batched) if w.v else None
         dtq = _reduce_positions(torch.stack(parts[4]), tq) if w.tq else None
         dtk = _reduce_positions(torch.stack(parts[5]), tk) if w.tk else None
         d_omega = d_a = None
