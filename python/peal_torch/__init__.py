@@ -113,6 +113,23 @@ def _stacked(part, batched):
     return g if batched else g[0]
 
 
+def _common_gradients(parts, w, need, batched, tq, tk, omega, a):
+    """dq, dk, dv, d_tq, d_tk, d_omega, d_a from the first six results of a backward (q, k, v,
+    the parameters [omega then a], tq, tk); need[5], need[6]: omega's and a's."""
+    dq = _stacked(parts[0], batched) if w.q else None
+    dk = _stacked(parts[1], batched) if w.k else None
+    dv = _stacked(parts[2], batched) if w.v else None
+    dtq = _reduce_positions(torch.stack(parts[4]), tq) if w.tq else None
+    dtk = _reduce_positions(torch.stack(parts[5]), tk) if w.tk else None
+    d_omega = d_a = None
+    if w.parameters:
+        g = torch.stack(parts[3]).sum(0)
+        n = omega.shape[0]
+        d_omega = g[:n].to(omega.dtype) if need[5] else None
+        d_a = g[n:].to(a.dtype) if need[6] else None
+    return dq, dk, dv, dtq, dtk, d_omega, d_a
+
+
 @dataclass(frozen=True)
 class _Settings:
     interleaved: bool
@@ -185,22 +202,10 @@ class _Attention(torch.autograd.Function):
                        _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
                        _np(out[b], q.dtype), _np(lse[b], torch.float64), _np(dob[b], q.dtype), w))
 
-        def summed(i):
-            return torch.stack(parts[i]).sum(0)
-
-        dq = _stacked(parts[0], ctx.batched) if w.q else None
-        dk = _stacked(parts[1], ctx.batched) if w.k else None
-        dv = _stacked(parts[2], ctx.batched) if w.v else None
-        dtq = _reduce_positions(torch.stack(parts[4]), tq) if w.tq else None
-        dtk = _reduce_positions(torch.stack(parts[5]), tk) if w.tk else None
-        d_omega = d_a = None
-        if w.parameters:
-            g = summed(3)
-            n = omega.shape[0]
-            d_omega = g[:n].to(omega.dtype) if need[5] else None
-            d_a = g[n:].to(a.dtype) if need[6] else None
-        d_slopes = summed(6).to(slopes.dtype) if w.slopes else None
-        d_sinks = summed(7).to(sinks.dtype) if w.sinks else None
+        dq, dk, dv, dtq, dtk, d_omega, d_a = _common_gradients(parts, w, need, ctx.batched, tq, tk,
+                                                               omega, a)
+        d_slopes = torch.stack(parts[6]).sum(0).to(slopes.dtype) if w.slopes else None
+        d_sinks = torch.stack(parts[7]).sum(0).to(sinks.dtype) if w.sinks else None
         return dq, dk, dv, dtq, dtk, d_omega, d_a, d_slopes, d_sinks, None
 
 
@@ -262,17 +267,8 @@ class _LinearAttention(torch.autograd.Function):
             lambda b: (_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
                        _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
                        _np(dob[b], q.dtype), w))
-        dq = _stacked(parts[0], ctx.batched) if w.q else None
-        dk = _stacked(parts[1], ctx.batched) if w.k else None
-        dv = _stacked(parts[2], ctx.batched) if w.v else None
-        dtq = _reduce_positions(torch.stack(parts[4]), tq) if w.tq else None
-        dtk = _reduce_positions(torch.stack(parts[5]), tk) if w.tk else None
-        d_omega = d_a = None
-        if w.parameters:
-            g = torch.stack(parts[3]).sum(0)
-            n = omega.shape[0]
-            d_omega = g[:n].to(omega.dtype) if need[5] else None
-            d_a = g[n:].to(a.dtype) if need[6] else None
+        dq, dk, dv, dtq, dtk, d_omega, d_a = _common_gradients(parts, w, need, ctx.batched, tq, tk,
+                                                               omega, a)
         d_decay = torch.stack(parts[6]).sum(0).to(decay.dtype) if w.decay else None
         return dq, dk, dv, dtq, dtk, d_omega, d_a, d_decay, None
 
