@@ -586,8 +586,8 @@ void check_fused_storage() {
 
 // Threads (OpenMP): tokens split over threads, each token's parameter forms added in token
 // order after them, so any thread count gives the bits of one thread (dq, both gradients).
-void check_fused_threads(Side side, peal::Layout layout) {
-  const int T = 70, H = 8, n = 128;  // T H n >= kParallelMinElements: threads start
+// T H n >= kParallelMinElements: threads start; T > 4096: more than one block of tokens.
+void check_fused_threads(Side side, peal::Layout layout, int T, int H, int n) {
   const auto enc = rotation_bank(n / 2, layout, 1e-3, 81);
   std::mt19937_64 r(82);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -636,7 +636,8 @@ TEST_CASE("encode backward: the fused rotation pass", "[encode_backward]") {
   check_fused_storage<Eigen::half>();
   for (Side side : {Side::query, Side::key})
     for (peal::Layout layout : {peal::Layout::HalfSplit, peal::Layout::Interleaved})
-      check_fused_threads(side, layout);
+      check_fused_threads(side, layout, 70, 8, 128);
+  check_fused_threads(Side::query, peal::Layout::HalfSplit, 4100, 1, 32);  // two blocks
 }
 
 TEST_CASE("encode backward: bad input throws and writes nothing", "[encode_backward]") {

@@ -305,12 +305,12 @@ struct RotationScratch {
 // Tokens [t0, t1) of the fused pass (above) for E = Bank<RotationBlock> or RopeEncoding, rows
 // of storage T: dx written unless empty (then the pair sums alone, straight from the rows);
 // the position gradient added per token; each token's parameter forms (ω, then a) into
-// rows + 2n i when rows is given, else added to grads.parameters at once (token order).
+// rows + 2n (i − row0) when rows is given, else added to grads.parameters at once (token order).
 template <class E, class T, class R>
 void rotation_tokens(const E& enc, Side side, const TensorView<const T>& x,
                      const TensorView<const T>& g, const TensorView<T>& dx, const Positions& pos,
                      const EncodeGradients<R>& grads, Index t0, Index t1,
-                     RotationScratch<arith_t<T, T>, R>& sc, R* rows) {
+                     RotationScratch<arith_t<T, T>, R>& sc, R* rows, Index row0 = 0) {
   using RR = rotation_rows<E>;
   using A = arith_t<T, T>;
   const auto& bank = RR::bank(enc);
@@ -373,7 +373,7 @@ void rotation_tokens(const E& enc, Side side, const TensorView<const T>& x,
         if (yh != gh)
           for (Index j = rot; j < D; ++j) yh[j] = gh[j];
       }
-    R* forms = rows ? rows + Index(2 * n) * i : sc.forms.data();
+    R* forms = rows ? rows + Index(2 * n) * (i - row0) : sc.forms.data();
     if (grads.parameters) std::fill(forms, forms + 2 * n, R(0));
     R dt = 0;
     BD::forms_from_sums(bank, tau, rel + n, rel, s1, s2, grads.parameters ? forms : nullptr, 1,
@@ -406,20 +406,28 @@ void rotation_pass(const E& enc, Side side, const TensorView<const T>& x,
   if (nthreads == 1)
     return rotation_tokens(enc, side, x, g, dx, pos, grads, 0, T_, scratch[0],
                            static_cast<R*>(nullptr));
-  std::vector<R> rows(grads.parameters ? std::size_t(T_) * std::size_t(2 * n) : 0);
+  // Blocks of kBlock tokens, each split over the threads: the per-token forms wait for their
+  // in-order sum in a buffer of kBlock · 2n values, not one of every token's (1e6 tokens of
+  // 64 pairs would hold 1 GB).
+  constexpr Index kBlock = 4096;
+  std::vector<R> rows(grads.parameters ? std::size_t(std::min(T_, kBlock)) * std::size_t(2 * n) : 0);
+  const int m = rotation_rows<E>::all_parameters ? 2 * n : n;
+  for (Index b0 = 0; b0 < T_; b0 += kBlock) {
+    const Index nb = std::min(kBlock, T_ - b0);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads)
-  {
-    const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-    rotation_tokens(enc, side, x, g, dx, pos, grads, T_ * tid / nt, T_ * (tid + 1) / nt,
-                    scratch[std::size_t(tid)], grads.parameters ? rows.data() : nullptr);
-  }
+    {
+      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+      rotation_tokens(enc, side, x, g, dx, pos, grads, b0 + nb * tid / nt,
+                      b0 + nb * (tid + 1) / nt, scratch[std::size_t(tid)],
+                      grads.parameters ? rows.data() : nullptr, b0);
+    }
 #endif
-  if (!grads.parameters) return;
-  const int m = rotation_rows<E>::all_parameters ? 2 * n : n;
-  for (Index i = 0; i < T_; ++i)
-    for (int k = 0; k < m; ++k)
-      (*grads.parameters)[std::size_t(k)] += rows[std::size_t(i * 2 * n + k)];
+    if (grads.parameters)
+      for (Index i = 0; i < nb; ++i)
+        for (int k = 0; k < m; ++k)
+          (*grads.parameters)[std::size_t(k)] += rows[std::size_t(i * 2 * n + k)];
+  }
 }
 
 // A basis change is not A(t)ᵀ and A(−s) but F(t) = A_J(t)ᵀ Pᵀ and G(s) = A_J(−s) P⁻¹
