@@ -6,13 +6,16 @@
 # time (GNU time) serves scripts/compile_cost.sh and scripts/time_compile.sh; lld links the
 # test and example executables (CMakeLists.txt, PEAL_USE_LLD); python3-torch, python3-pytest,
 # python3-dev and pybind11-dev serve the PyTorch op (python/: built and tested for Debian's
-# /usr/bin/python3).
+# /usr/bin/python3); libopenmpi-dev and openmpi-bin build and run
+# examples/context_parallel_mpi.cpp (its ctests run it with 2 and 4 ranks; examples/CMakeLists.txt
+# skips it when MPI is missing).
 # Set PEAL_SETUP_EXTRA for more packages.
 set -euo pipefail
 
 packages=(g++ cmake make libeigen3-dev catch2 nlohmann-json3-dev libbenchmark-dev
           libopenblas-dev libomp-dev clang libclang-rt-dev lld gnuplot-nox time
-          python3-torch python3-pytest python3-dev pybind11-dev ${PEAL_SETUP_EXTRA:-})
+          python3-torch python3-pytest python3-dev pybind11-dev libopenmpi-dev openmpi-bin
+          ${PEAL_SETUP_EXTRA:-})
 
 missing=()
 for pkg in "${packages[@]}"; do
