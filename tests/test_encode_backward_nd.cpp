@@ -11,6 +11,7 @@
 // by the point's Σ_a |p_a| and X by X(p) = Σ_a p_a X_a: dq, dk per element Tol<double>::encode;
 // the position gradient Tol<double>::derivative(n, x) Σ_h |x_h|₁ |g_h|₁ (1 + n |X_a|) ‖A(p)‖;
 // each parameter gradient Tol<double>::derivative_tol of the stencil plus the sum's roundings.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <peal/encode_backward.hpp>
@@ -71,17 +72,6 @@ const E& at(const E& e, int) {
 template <class E>
 const E& at(const peal::PerHead<E>& e, int h) {
   return e.head(h);
-}
-
-// The encoding a preset is (its parameters' layout: parameters.hpp states none for MRoPE's
-// preset object itself).
-template <class E>
-const E& base(const E& e) {
-  return e;
-}
-template <class S>
-const auto& base(const peal::MRopeEncoding<S>& e) {
-  return e.encoding();
 }
 
 template <class Fam>
@@ -249,7 +239,7 @@ TEST_CASE("encode backward, N-D points: presets and in place", "[encode_backward
     for (int i = 0; i < T * H * n; ++i) x.push_back(float(u(r))), g.push_back(float(u(r)));
     for (int i = 0; i < T * D; ++i) pos.push_back(std::floor(pp(r)));
     const peal::PositionsND p(pos, D);
-    const int P = peal::parameter_count(base(enc));
+    const int P = peal::parameter_count(enc);
     std::vector<float> dx(x.size()), io;
     std::vector<double> gp(static_cast<std::size_t>(P)), gt(static_cast<std::size_t>(T * D));
     std::vector<double> gp2 = gp;
@@ -293,6 +283,89 @@ TEST_CASE("encode backward, N-D points: presets and in place", "[encode_backward
   run(mrope, 3, &a);
   run(mrope.encoding(), 3, &b);
   CHECK(a == b);
+}
+
+// M-RoPE's own parameter layout (parameters.hpp: inv_freq[i], one per rotary pair, each on its
+// own axis): the gradient against a fourth-order central difference of the loss
+// L(θ) = Σ gᵀ F(p_i) x_i (queries) or Σ gᵀ G(p_i) x_i (keys), F and G of
+// with_parameters(enc, θ ± h) in double, summed in long double; both section layouts (Qwen2-VL
+// contiguous [2, 3, 3], Qwen3-VL interleaved); the round trip of parameters() is bitwise; a
+// gradient sized for the MultiAxis layout is refused before anything is written.
+TEST_CASE("encode backward, N-D points: the inv_freq layout of M-RoPE", "[encode_backward]") {
+  const int T = 6, H = 2, n = 20;
+  for (bool interleaved : {false, true}) {
+    INFO("interleaved sections: " << interleaved);
+    peal::RopeConfig c;
+    c.head_dim = n;
+    c.partial_rotary_factor = 0.8;  // 16 rotary coordinates, 4 passing through
+    c.scaling.mrope_section = {2, 3, 3};
+    c.scaling.mrope_interleaved = interleaved;
+    const auto enc = peal::mrope<double>(c);
+    const auto pset = peal::parameters(enc);
+    REQUIRE(pset.size() == 8);
+    CHECK(pset.names[3] == "inv_freq[3]");
+    const auto same = peal::with_parameters(enc, pset.values);
+    CHECK(same.encoding().A(peal::Vector<double>::Constant(3, 7.5)) ==
+          enc.encoding().A(peal::Vector<double>::Constant(3, 7.5)));
+    std::mt19937_64 r(91);
+    std::uniform_real_distribution<double> u(-1, 1), pp(-20, 20);
+    std::vector<double> x, g, pos, dx(std::size_t(T * H * n));
+    for (int i = 0; i < T * H * n; ++i) x.push_back(u(r)), g.push_back(u(r));
+    for (int i = 0; i < T * 3; ++i) pos.push_back(pp(r));
+    const peal::PositionsND p(pos, 3);
+    const TensorView<const double> xv(x.data(), T, H, n), gv(g.data(), T, H, n);
+    for (Side side : {Side::query, Side::key}) {
+      INFO((side == Side::query ? "queries" : "keys"));
+      // L(θ) and its terms' magnitude, summed in long double over tokens and heads.
+      auto loss = [&](const peal::MRopeEncoding<double>& e, LD* mag) {
+        LD l = 0;
+        for (int i = 0; i < T; ++i) {
+          peal::Vector<double> pt(3);
+          for (int a = 0; a < 3; ++a) pt(a) = pos[std::size_t(i * 3 + a)];
+          const MLD M = side == Side::query ? MLD(e.encoding().F(pt).template cast<LD>())
+                                            : MLD(e.encoding().G(pt).template cast<LD>());
+          for (int h = 0; h < H; ++h) {
+            VLD xi(n), gi(n);
+            for (int j = 0; j < n; ++j)
+              xi(j) = LD(x[std::size_t((i * H + h) * n + j)]),
+              gi(j) = LD(g[std::size_t((i * H + h) * n + j)]);
+            l += gi.dot(M * xi);
+            if (mag) *mag += gi.cwiseAbs().dot(M.cwiseAbs() * xi.cwiseAbs()) * max_abs(pt.cast<LD>());
+          }
+        }
+        return l;
+      };
+      std::vector<double> gp(8, 0.0), gt(std::size_t(T * 3), 0.0);
+      backward(side, enc, xv, p, gv, TensorView<double>(dx.data(), T, H, n), &gp, &gt);
+      LD mag = 0;
+      loss(enc, &mag);
+      for (int k = 0; k < 8; ++k) {
+        const LD th = pset.values[std::size_t(k)], h = LD(1e-3) * th;
+        auto at = [&](LD step) {
+          auto v = pset.values;
+          v[std::size_t(k)] = th + step;
+          return loss(peal::with_parameters(enc, v), nullptr);
+        };
+        const LD fd = (LD(8) * (at(h) - at(-h)) - (at(2 * h) - at(-2 * h))) / (LD(12) * h);
+        // Fourth-order difference: truncation ~ h⁴ |∂⁵L| ≤ (h p)⁴ mag / 30 (p ≤ 20: 1e-6 mag
+        // at θ = 1); rounding ~ 8 ε_double mag / h (F in double; ε mag / (1e-3 θ)).
+        const LD bound = (LD(1e-3) * 20) * (LD(1e-3) * 20) * (LD(1e-3) * 20) * (LD(1e-3) * 20) *
+                             mag + LD(8) * LD(2.3e-16) * mag / h + LD(1e-12) * mag;
+        INFO("inv_freq[" << k << "] = " << double(th) << ": " << gp[std::size_t(k)] << " vs "
+                         << double(fd) << ", bound " << double(bound));
+        CHECK(std::abs(LD(gp[std::size_t(k)]) - fd) <= bound);
+      }
+      // Sized for the MultiAxis layout (3 axes x (ω, a) x 8 pairs): refused, nothing written.
+      std::vector<double> wrong(std::size_t(peal::parameter_count(enc.encoding())), 0.0);
+      REQUIRE(wrong.size() == 48);
+      std::vector<double> before = dx;
+      CHECK_THROWS_AS(backward(side, enc, xv, p, gv, TensorView<double>(dx.data(), T, H, n),
+                               &wrong, nullptr),
+                      peal::invalid_argument);
+      CHECK(dx == before);
+      CHECK(std::all_of(wrong.begin(), wrong.end(), [](double w) { return w == 0.0; }));
+    }
+  }
 }
 
 TEST_CASE("encode backward, N-D points: bad input throws and writes nothing", "[encode_backward]") {

@@ -24,6 +24,7 @@
 //     its own point: the sides cancel to τ_a only in exact arithmetic);
 //   - positions: Tol<double>::phase(x 4 |p|max) in every result, Tol<double>::derivative(d,
 //     x 2 |p|max) more in the parameter and point gradients (x = d max_a |X_a|), as in 1-D.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -32,10 +33,12 @@
 #include <peal/multi_axis.hpp>
 #include <peal/parameters.hpp>
 #include <peal/per_head.hpp>
+#include <peal/presets/mrope.hpp>
 #include <peal/rotation_block.hpp>
 #include <peal/scores_nd.hpp>
 #include <peal/scores_nd_backward.hpp>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "derivative_check.hpp"
@@ -494,6 +497,82 @@ TEST_CASE("N-D backward: out and lse as the forward returns them", "[scores_nd_b
       CHECK(std::abs(LD(lse[x]) - LD(c.lse[x])) <= rel * (1 + std::abs(LD(c.lse[x]))));
     for (std::size_t x = 0; x < out.size(); ++x) CHECK(std::abs(LD(out[x]) - LD(c.out[x])) <= rel);
   }
+}
+
+// M-RoPE's preset object (include/peal/presets/mrope.hpp) in its own parameter layout
+// (parameters.hpp: inv_freq[i], one per rotary pair): its attention backward is its MultiAxis's,
+// bit for bit, with the gradient of inv_freq[i] the MultiAxis gradient named
+// "axis[a].part[0].block[i].omega" for a = pair_axis()[i] (found by name here, not by the
+// header's index arithmetic). encode_backward's central-difference check of the same layout:
+// tests/test_encode_backward_nd.cpp.
+TEST_CASE("N-D backward: M-RoPE in its inv_freq layout", "[scores_nd_backward]") {
+  peal::RopeConfig c;
+  c.head_dim = 16;
+  c.scaling.mrope_section = {2, 3, 3};
+  const auto enc = peal::mrope<double>(c);
+  const Index nq = 6, nk = 9, Hq = 4, Hk = 2, d = 16, dv = 5;
+  std::mt19937_64 r(5);
+  std::uniform_real_distribution<double> u(-1, 1), pp(0, 30);
+  auto fill = [&](Index count) {
+    std::vector<double> x(static_cast<std::size_t>(count));
+    for (auto& e : x) e = u(r);
+    return x;
+  };
+  const auto q = fill(nq * Hq * d), k = fill(nk * Hk * d), v = fill(nk * Hk * dv),
+             dout = fill(nq * Hq * dv);
+  std::vector<double> tq(static_cast<std::size_t>(nq * 3)), tk(static_cast<std::size_t>(nk * 3));
+  for (auto& t : tq) t = std::floor(pp(r));
+  for (auto& t : tk) t = std::floor(pp(r));
+  const peal::PositionsND pq(tq, 3), pk(tk, 3);
+  const TensorView<const double> qv(q.data(), nq, Hq, d), kv(k.data(), nk, Hk, d),
+      vv(v.data(), nk, Hk, dv), dov(dout.data(), nq, Hq, dv);
+  std::vector<double> out(static_cast<std::size_t>(nq * Hq * dv)),
+      lse(static_cast<std::size_t>(nq * Hq));
+  peal::AttentionOptions opt;
+  opt.causal = true;
+  opt.lse = lse.data();
+  peal::attention(enc, qv, pq, kv, pk, vv, TensorView<double>(out.data(), nq, Hq, dv), opt);
+  opt.lse = nullptr;
+  const TensorView<const double> ov(out.data(), nq, Hq, dv);
+  struct Grads {
+    std::vector<double> dq, dk, dv, params, gq, gk;
+  };
+  auto run = [&](const auto& e) {
+    Grads g{std::vector<double>(q.size()), std::vector<double>(k.size()),
+            std::vector<double>(v.size()),
+            std::vector<double>(static_cast<std::size_t>(peal::parameter_count(e))),
+            std::vector<double>(tq.size()), std::vector<double>(tk.size())};
+    peal::attention_backward(e, qv, pq, kv, pk, vv, ov, lse, dov,
+                             TensorView<double>(g.dq.data(), nq, Hq, d),
+                             TensorView<double>(g.dk.data(), nk, Hk, d),
+                             TensorView<double>(g.dv.data(), nk, Hk, dv), opt,
+                             {&g.params, &g.gq, &g.gk, nullptr, nullptr});
+    return g;
+  };
+  const Grads a = run(enc), b = run(enc.encoding());
+  CHECK(a.dq == b.dq);
+  CHECK(a.dk == b.dk);
+  CHECK(a.dv == b.dv);
+  CHECK(a.gq == b.gq);
+  CHECK(a.gk == b.gk);
+  const auto names = peal::parameters(enc.encoding()).names;
+  REQUIRE(a.params.size() == 8);
+  for (std::size_t i = 0; i < a.params.size(); ++i) {
+    const std::string name = "axis[" + std::to_string(enc.pair_axis()[i]) + "].part[0].block[" +
+                             std::to_string(i) + "].omega";
+    const auto at = std::find(names.begin(), names.end(), name);
+    REQUIRE(at != names.end());
+    INFO(name);
+    CHECK(a.params[i] == b.params[std::size_t(at - names.begin())]);
+    CHECK(a.params[i] != 0.0);
+  }
+  std::vector<double> wrong(b.params.size()), dq(q.size());
+  CHECK_THROWS_AS(peal::attention_backward(enc, qv, pq, kv, pk, vv, ov, lse, dov,
+                                           TensorView<double>(dq.data(), nq, Hq, d),
+                                           TensorView<double>(), TensorView<double>(), opt,
+                                           {&wrong, nullptr, nullptr, nullptr, nullptr}),
+                  peal::invalid_argument);
+  CHECK(std::all_of(dq.begin(), dq.end(), [](double x) { return x == 0.0; }));
 }
 
 // Translation invariance: the score depends on p − p' only, so shifting every point by one

@@ -24,8 +24,10 @@
 #include "detail/compiler.hpp"
 #include "encode.hpp"
 #include "multi_axis.hpp"
+#include "parameters.hpp"
 #include "per_head.hpp"
 #include "positions_nd.hpp"
+#include "presets/mrope.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -690,6 +692,46 @@ void encode_keys_backward(const MultiAxis<E>& enc, TensorView<TX> k, const Posit
   eb::check(enc, k, d_encoded, dk, pos, grads, "encode_keys_backward");
   detail::multi_axis_backward::run(enc, eb::Side::key, detail::ro(k), detail::ro(d_encoded), dk,
                                    pos, grads);
+}
+
+namespace detail {
+// M-RoPE's parameter layout (parameters.hpp: one inv_freq per rotary pair) around a backward
+// of its MultiAxis: run(g) with g.parameters in the MultiAxis layout, then gathered into
+// grads.parameters. A wrong gradient size throws before anything is written.
+template <class S, class G, class Run>
+void with_mrope_layout(const MRopeEncoding<S>& enc, G grads, const char* who, Run&& run) {
+  using R = typename std::remove_pointer_t<decltype(grads.parameters)>::value_type;
+  std::vector<R>* out = grads.parameters;
+  if (!out) return run(grads);
+  const int n = parameter_count(enc);
+  if (out->size() != std::size_t(n))
+    fail(std::string(who) + ": the parameter gradient has " + std::to_string(out->size()) +
+         " entries, the M-RoPE encoding " + std::to_string(n) + " parameters (inv_freq)");
+  std::vector<R> axes(std::size_t(parameter_count(enc.encoding())), R(0));
+  grads.parameters = &axes;
+  run(grads);
+  encoding_parameters<MRopeEncoding<S>>::gather(enc, axes.data(), out->data());
+}
+}  // namespace detail
+
+/// encode_queries_backward and encode_keys_backward of M-RoPE over (t, h, w) points: those of
+/// its MultiAxis, with the parameter gradient in M-RoPE's own layout (parameters.hpp:
+/// inv_freq[i], one per rotary pair, as Qwen2-VL's inv_freq buffer).
+template <class S, class TX, class TG, class TD>
+void encode_queries_backward(const MRopeEncoding<S>& enc, TensorView<TX> q, const PositionsND& pos,
+                             TensorView<TG> d_encoded, TensorView<TD> dq,
+                             EncodeGradients<real_t<S>> grads = {}) {
+  detail::with_mrope_layout(enc, grads, "encode_queries_backward", [&](const auto& g) {
+    encode_queries_backward(enc.encoding(), q, pos, d_encoded, dq, g);
+  });
+}
+template <class S, class TX, class TG, class TD>
+void encode_keys_backward(const MRopeEncoding<S>& enc, TensorView<TX> k, const PositionsND& pos,
+                          TensorView<TG> d_encoded, TensorView<TD> dk,
+                          EncodeGradients<real_t<S>> grads = {}) {
+  detail::with_mrope_layout(enc, grads, "encode_keys_backward", [&](const auto& g) {
+    encode_keys_backward(enc.encoding(), k, pos, d_encoded, dk, g);
+  });
 }
 
 namespace detail {

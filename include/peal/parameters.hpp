@@ -16,6 +16,11 @@
 //   MultiAxis<E>        per axis ("axis[a]."); PerHead<E> per head ("head[h].");
 //   RopeEncoding        its frequencies ("inv_freq[i]", HF's inv_freq buffer): the rotary
 //                       pairs' ω; a = 0 and the pass-through tail are not parameters of RoPE.
+//   MRopeEncoding       its frequencies too ("inv_freq[i]", one per rotary pair, as Qwen2-VL's
+//                       buffer): pair i rotates by inv_freq[i] on its own axis (pair_axis()[i])
+//                       only; its ω on the other two axes is 0, structurally, not a parameter.
+//                       Its gradient is the MultiAxis gradient's ω of each pair's own axis
+//                       (gather, below).
 // Values are long double: ω keeps the extra bits the presets compute it with, so
 // with_parameters(enc, parameters(enc).values) rebuilds enc with the same A(τ), bit for bit.
 #pragma once
@@ -32,6 +37,7 @@
 #include "multi_axis.hpp"
 #include "pass_through.hpp"
 #include "per_head.hpp"
+#include "presets/mrope.hpp"
 #include "presets/rope.hpp"
 
 namespace peal {
@@ -250,6 +256,37 @@ struct encoding_parameters<RopeEncoding<S>> {
     f.attention_factor = e.attention_factor_long();
     f.rotary_dim = e.rotary_dim();
     return E(f, e.head_dim(), e.layout(), e.type());
+  }
+};
+
+template <class S>
+struct encoding_parameters<MRopeEncoding<S>> {
+  using E = MRopeEncoding<S>;
+  using Base = typename E::Base;
+  static int count(const E& e) { return int(e.inv_freq().size()); }
+  static void names(const E& e, const std::string& prefix, std::vector<std::string>& out) {
+    for (std::size_t i = 0; i < e.inv_freq().size(); ++i)
+      out.push_back(detail::indexed(prefix, "inv_freq", Index(i)));
+  }
+  static void values(const E& e, std::vector<long double>& out) {
+    out.insert(out.end(), e.inv_freq().begin(), e.inv_freq().end());
+  }
+  /// Validated as MRopeEncoding's constructor does; sections, layout and factor are kept.
+  static E rebuild(const E& e, const long double* theta) {
+    RopeFrequencies f;
+    f.inv_freq.assign(theta, theta + e.inv_freq().size());
+    f.attention_factor = e.attention_factor_long();
+    f.rotary_dim = e.rotary_dim();
+    return E(f, e.head_dim(), e.layout(), e.sections(), e.interleaved());
+  }
+  /// Adds to g (count(e) entries) the gradient in this layout of one in the layout of the
+  /// MultiAxis e.encoding(), g_axes: pair i's ω on axis pair_axis()[i], the bank being part 0
+  /// of each axis with ω before a (Bank's structure of arrays).
+  template <class R>
+  static void gather(const E& e, const R* g_axes, R* g) {
+    const int per_axis = encoding_parameters<typename E::Axis>::count(e.encoding().axis(0));
+    for (std::size_t i = 0; i < e.inv_freq().size(); ++i)
+      g[i] += g_axes[std::size_t(e.pair_axis()[i] * per_axis) + i];
   }
 };
 

@@ -343,6 +343,31 @@ void attention_backward(const MultiAxis<E>& enc, TensorView<Tq> q, const Positio
                     detail::ro(d_out), dq, dk, dv, opt, grads);
 }
 
+/// scores_backward and attention_backward of M-RoPE over (t, h, w) points: those of its
+/// MultiAxis, with the parameter gradient in M-RoPE's own layout (parameters.hpp: inv_freq[i],
+/// one per rotary pair).
+template <class S, class Tq, class Tk, class Td, class Tdq, class Tdk>
+void scores_backward(const MRopeEncoding<S>& enc, TensorView<Tq> q, const PositionsND& pq,
+                     TensorView<Tk> k, const PositionsND& pk, TensorView<Td> d_scores,
+                     TensorView<Tdq> dq, TensorView<Tdk> dk, const ScoreOptions& opt = {},
+                     ScoresGradients<real_t<S>> grads = {}) {
+  detail::with_mrope_layout(enc, grads, "scores_backward", [&](const auto& g) {
+    scores_backward(enc.encoding(), q, pq, k, pk, d_scores, dq, dk, opt, g);
+  });
+}
+template <class S, class Tq, class Tk, class Tv, class To, class Tdo, class Tdq, class Tdk,
+          class Tdv>
+void attention_backward(const MRopeEncoding<S>& enc, TensorView<Tq> q, const PositionsND& pq,
+                        TensorView<Tk> k, const PositionsND& pk, TensorView<Tv> v,
+                        TensorView<To> out, const std::vector<double>& lse, TensorView<Tdo> d_out,
+                        TensorView<Tdq> dq, TensorView<Tdk> dk, TensorView<Tdv> dv,
+                        const AttentionOptions& opt = {},
+                        AttentionGradients<real_t<S>> grads = {}) {
+  detail::with_mrope_layout(enc, grads, "attention_backward", [&](const auto& g) {
+    attention_backward(enc.encoding(), q, pq, k, pk, v, out, lse, d_out, dq, dk, dv, opt, g);
+  });
+}
+
 /// scores_backward and attention_backward with one MultiAxis per query head (RoPE-Mixed) over
 /// points: the contracts above, head h's backward on head h's slices (its sink and lse
 /// column), dk and dv summed over the query heads of each key head's group; the parameter

@@ -82,8 +82,11 @@ class MRopeEncoding : public MultiAxis<BlockDiagonal<Bank<RotationBlock<S>>, Pas
   const std::vector<int>& pair_axis() const { return pair_axis_; }
   const std::vector<int>& sections() const { return sections_; }
   bool interleaved() const { return interleaved_; }
+  /// The rotary pairs' layout in each head (Layout::HalfSplit for Qwen2-VL / Qwen3-VL).
+  Layout layout() const { return layout_; }
   /// As RopeEncoding::attention_factor (YaRN/LongRoPE; 1 for Qwen-VL's default rope).
   Real attention_factor() const { return static_cast<Real>(attention_factor_); }
+  long double attention_factor_long() const { return attention_factor_; }
 
  private:
   MRopeEncoding(const RopeFrequencies& f, int head_dim, Layout layout,
@@ -93,6 +96,7 @@ class MRopeEncoding : public MultiAxis<BlockDiagonal<Bank<RotationBlock<S>>, Pas
         pair_axis_(std::move(axis)),
         sections_(sections),
         interleaved_(interleaved),
+        layout_(layout),
         attention_factor_(f.attention_factor),
         rotary_dim_(f.rotary_dim) {}
   // The frequencies checked as RopeEncoding checks them, then the axis of every pair.
@@ -117,6 +121,7 @@ class MRopeEncoding : public MultiAxis<BlockDiagonal<Bank<RotationBlock<S>>, Pas
   std::vector<long double> inv_freq_;
   std::vector<int> pair_axis_, sections_;
   bool interleaved_;
+  Layout layout_;
   long double attention_factor_;
   int rotary_dim_;
 };
