@@ -26,6 +26,14 @@ using In = const_blas_data_mapper<S, Index, Order>;
 using MatrixXld = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
 }  // namespace peal_test_eigen
 
+// The GEMM driver (general_matrix_matrix_product::run, defined in its class: an explicit
+// instantiation declaration keeps GCC and clang from emitting it when they do not inline it,
+// as they did in 36 of the Release test objects) for each storage order of the operands; a
+// row-major result is the column-major product of the transposes.
+#define PEAL_TEST_EIGEN_GEMM_DRIVER(EXT, S, LhsOrder, RhsOrder)                              \
+  EXT template struct Eigen::internal::general_matrix_matrix_product<                        \
+      Eigen::Index, S, LhsOrder, false, S, RhsOrder, false, Eigen::ColMajor, 1>;
+
 // The packing and micro-kernels of general_matrix_matrix_product for both storage orders of
 // each operand (peal's A·Bᵀ and A·B, the references' products), then the matrix-vector
 // products and the LU's triangular solves.
@@ -62,7 +70,13 @@ using MatrixXld = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
       S, Eigen::Index, Eigen::OnTheLeft, Eigen::UnitLower, false, Eigen::ColMajor,                \
       Eigen::ColMajor, 1>;                                                                        \
   EXT template struct Eigen::internal::triangular_solve_matrix<                                   \
-      S, Eigen::Index, Eigen::OnTheLeft, Eigen::Upper, false, Eigen::ColMajor, Eigen::ColMajor, 1>;
+      S, Eigen::Index, Eigen::OnTheLeft, Eigen::Upper, false, Eigen::ColMajor, Eigen::ColMajor, 1>; \
+  PEAL_TEST_EIGEN_GEMM_DRIVER(EXT, S, Eigen::ColMajor, Eigen::ColMajor)                         \
+  PEAL_TEST_EIGEN_GEMM_DRIVER(EXT, S, Eigen::RowMajor, Eigen::ColMajor)                         \
+  PEAL_TEST_EIGEN_GEMM_DRIVER(EXT, S, Eigen::ColMajor, Eigen::RowMajor)                         \
+  PEAL_TEST_EIGEN_GEMM_DRIVER(EXT, S, Eigen::RowMajor, Eigen::RowMajor)                         \
+  EXT template void Eigen::internal::evaluateProductBlockingSizesHeuristic<S, S, 1, Eigen::Index>( \
+      Eigen::Index&, Eigen::Index&, Eigen::Index&, Eigen::Index);
 
 #define PEAL_TEST_EIGEN_KERNELS(EXT)          \
   PEAL_TEST_EIGEN_KERNELS_OF(EXT, float)      \
