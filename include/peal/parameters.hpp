@@ -237,17 +237,24 @@ template <class E>
 struct encoding_parameters<PerHead<E>, std::enable_if_t<detail::has_encoding_parameters<E>::value>>
     : detail::repeated_parameters<PerHead<E>, E, detail::kHeadName> {};
 
-template <class S>
-struct encoding_parameters<RopeEncoding<S>> {
-  using E = RopeEncoding<S>;
+namespace detail {
+// The presets whose parameters are their frequencies, one per rotary pair ("inv_freq[i]").
+template <class E>
+struct inv_freq_parameters {
   static int count(const E& e) { return int(e.inv_freq().size()); }
   static void names(const E& e, const std::string& prefix, std::vector<std::string>& out) {
     for (std::size_t i = 0; i < e.inv_freq().size(); ++i)
-      out.push_back(detail::indexed(prefix, "inv_freq", Index(i)));
+      out.push_back(indexed(prefix, "inv_freq", Index(i)));
   }
   static void values(const E& e, std::vector<long double>& out) {
     out.insert(out.end(), e.inv_freq().begin(), e.inv_freq().end());
   }
+};
+}  // namespace detail
+
+template <class S>
+struct encoding_parameters<RopeEncoding<S>> : detail::inv_freq_parameters<RopeEncoding<S>> {
+  using E = RopeEncoding<S>;
   /// The frequencies are validated as RopeEncoding's constructor does (each in the preset
   /// range); the attention factor, layout, type and head size are kept.
   static E rebuild(const E& e, const long double* theta) {
@@ -260,17 +267,8 @@ struct encoding_parameters<RopeEncoding<S>> {
 };
 
 template <class S>
-struct encoding_parameters<MRopeEncoding<S>> {
+struct encoding_parameters<MRopeEncoding<S>> : detail::inv_freq_parameters<MRopeEncoding<S>> {
   using E = MRopeEncoding<S>;
-  using Base = typename E::Base;
-  static int count(const E& e) { return int(e.inv_freq().size()); }
-  static void names(const E& e, const std::string& prefix, std::vector<std::string>& out) {
-    for (std::size_t i = 0; i < e.inv_freq().size(); ++i)
-      out.push_back(detail::indexed(prefix, "inv_freq", Index(i)));
-  }
-  static void values(const E& e, std::vector<long double>& out) {
-    out.insert(out.end(), e.inv_freq().begin(), e.inv_freq().end());
-  }
   /// Validated as MRopeEncoding's constructor does; sections, layout and factor are kept.
   static E rebuild(const E& e, const long double* theta) {
     RopeFrequencies f;
