@@ -12,13 +12,18 @@
 //       chunk, half of C^2 of them, plus the state's read and update); parallel and unfused
 //       2 H n^2 (d + dv) / 2 (the causal half); gemm 2 H n d dv. vs_<x> = median t_x / t_chunkwise.
 //   chunk/<C>       the chunkwise form at n = 8192 with chunk C, against the same plain GEMM.
-//   backward/<n>    linear_attention_backward (include/peal/linear_attention_backward.hpp) with
+//   backward/<n>    linear_attention_backward (include/peal/linear_attention_backward.hpp) in
+//       its quadratic form (form = parallel: per block of queries S, dS, scores_backward) with
 //       every gradient (dq, dk, dv, the frequencies', the positions', the decays'), paired with
 //       the forward in its automatic form (fwd) and in the parallel form (fwd_parallel).
 //       GFLOPS counts the backward's useful work as the forward parallel form's pairs times 3
 //       (S, dS = dO Vᵀ and the scores backward's two products: four causal-half products of
 //       the pairs' size, against the forward's two); vs_x = x's time / the backward's, so
 //       1 / vs_fwd is the backward's cost in forwards.
+//   backward_chunk/<n>  the O(n) backward of the chunkwise form (form = chunkwise, chunk 64;
+//       every gradient, as backward/<n>) paired with the quadratic backward (form = parallel,
+//       the backward/<n> row) and with the chunkwise forward (fwd). GFLOPS counts the
+//       chunkwise forward's FLOPs (chunk_flops) times 3; vs_x = x's time / the O(n) backward's.
 //   step            one decode step of LinearState::step (update with k v^T at the next
 //       position, then read q; RoPE + decay, 4 heads) against the bare Eigen work of the same
 //       size per head: M += k v^T then o = M^T q. 64 steps per measurement.
@@ -153,7 +158,7 @@ void BM_backward(benchmark::State& state) {
     peal::linear_attention_backward(enc, q, pos, k, pos, v, dout, TensorView<float>(dq.data(), n, H, d),
                                     TensorView<float>(dk.data(), n, H, d),
                                     TensorView<float>(dv.data(), n, H, d),
-                                    options(LinearForm::automatic, 0, H), {&gp, &gt, &gs, &gg});
+                                    options(LinearForm::parallel, 0, H), {&gp, &gt, &gs, &gg});
   };
   auto forward = [&](LinearForm f) {
     return [&, f] { peal::linear_attention(enc, q, pos, k, pos, v, out, options(f, 0, H)); };
@@ -162,6 +167,35 @@ void BM_backward(benchmark::State& state) {
   paired_run(state, {{"", 1, backward}, {"fwd", 1, forward(LinearForm::automatic)},
                      {"fwd_parallel", 1, forward(LinearForm::parallel)}},
              3.0 * pairs, "GFLOPS");
+}
+
+void BM_backward_chunk(benchmark::State& state) {
+  const Index n = state.range(0), H = kHeads, d = kDim;
+  Data& D = data(n, H, false);
+  const auto enc = rope_preset();
+  const auto pos = Positions::sequence(0.0);
+  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
+      v(D.v.data(), n, H, d), dout(D.v.data(), n, H, d);
+  const TensorView<float> out(D.out.data(), n, H, d);
+  std::vector<float> dq(D.q.size()), dk(D.q.size()), dv(D.q.size());
+  std::vector<double> gp(static_cast<std::size_t>(peal::parameter_count(enc))),
+      gt(static_cast<std::size_t>(n)), gs(gt.size()), gg(static_cast<std::size_t>(H));
+  auto backward = [&](LinearForm f) {
+    return [&, f] {
+      peal::linear_attention_backward(enc, q, pos, k, pos, v, dout,
+                                      TensorView<float>(dq.data(), n, H, d),
+                                      TensorView<float>(dk.data(), n, H, d),
+                                      TensorView<float>(dv.data(), n, H, d),
+                                      options(f, kChunk, H), {&gp, &gt, &gs, &gg});
+    };
+  };
+  auto forward = [&] {
+    peal::linear_attention(enc, q, pos, k, pos, v, out, options(LinearForm::chunkwise, kChunk, H));
+  };
+  paired_run(state, {{"", 1, backward(LinearForm::chunkwise)},
+                     {"quadratic", 1, backward(LinearForm::parallel)},
+                     {"fwd", 1, forward}},
+             3.0 * chunk_flops(n, kChunk, H) * 1e-9, "GFLOPS");
 }
 
 void BM_chunk(benchmark::State& state) {
@@ -228,6 +262,8 @@ void BM_step(benchmark::State& state) {
   for (Index n : {512, 2048}) f->Args({n, 1});  // one head: the outputs are small
   auto* bw = paired("backward", BM_backward);
   for (Index n : {512, 2048}) bw->Arg(n);
+  auto* bc = paired("backward_chunk", BM_backward_chunk);
+  for (Index n : {512, 2048, 8192}) bc->Arg(n);
   auto* c = paired("chunk", BM_chunk);
   for (Index C : {32, 64, 128, 256}) c->Arg(C);
   paired("step", BM_step)->Unit(benchmark::kMicrosecond);

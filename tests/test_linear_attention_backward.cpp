@@ -7,6 +7,11 @@
 // Tolerance: the scores backward's (tests/test_scores_backward.cpp), Tol<C>::score_gradient in
 // the arithmetic type C of the storage, of each result's terms' magnitudes; dv's terms are
 // |S_hij| |dO_ih| with |S| ≤ scale γ^τ |q|₁ κ² ‖A(τ)‖ |k|₁.
+// The O(n) chunkwise backward (detail/tiled/linear_backward_run.hpp; form = chunkwise or
+// recurrent) against the same reference with 2 (C + d + dv) more roundings (a chunk's key
+// sums, the states' d- and dv-term products), against the quadratic backward (form = parallel)
+// within twice that, and against a fourth-order central difference of the long double loss
+// L = Σ dO · out (parameters, decays, positions); bitwise equal for 1 and 3 threads.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <peal/linear_attention_backward.hpp>
@@ -18,85 +23,262 @@ using namespace peal_test::scores_backward_check;
 
 namespace {
 
+// RoPE's rotation as RetNet uses it (retnet_rotation: interleaved pairs, ω_i = 10000^(−i/7),
+// a = 0), head size 16: a pure rotation bank of the type of RetNetFam's decaying banks
+// (Bank<RotationBlock>), so that both share this TU's instantiations (docs/build-cost.md).
+struct RopeBankFam {
+  static constexpr const char* name = "RoPE rotation bank";
+  template <class S>
+  static auto build(Draw&) {
+    return rotation_bank_as<S>(peal::retnet_rotation<double>(16));
+  }
+};
+
+// One problem: the inputs (rounded to the storage T), the long double reference (the scores
+// backward's with dS = dO · v, and dv), and calls of the backward with any options.
+template <class Fam, class T = double>
+struct LinearCase {
+  using C = peal::detail::tiled::arith_t<T, T>;
+  Problem<Fam> pr;
+  int dvn, d, P, G;
+  std::vector<double> v, dout;
+  std::vector<T> qs, ks, vs, ds;
+  Reference r;
+  std::vector<LD> rdv, mdv;
+
+  // Every gradient of one call.
+  struct Result {
+    std::vector<double> dq, dk, dv, gp, gt, gs, gg;
+  };
+
+  LinearCase(const Shape& sh, Regime regime, std::uint64_t seed, int dv_dim,
+             const std::vector<double>& decays = {})
+      : pr(Problem<Fam>::make(sh, regime, seed)), dvn(dv_dim) {
+    REQUIRE((sh.causal && !sh.alibi));
+    if (!decays.empty()) pr.opt.decay = decays;
+    std::sort(pr.tq.begin(), pr.tq.end());  // linear attention: positions sorted by time
+    std::sort(pr.tk.begin(), pr.tk.end());
+    d = pr.d, P = peal::parameter_count(pr.enc), G = sh.Hq / sh.Hk;
+    std::mt19937_64 rng(seed + 100);
+    std::uniform_real_distribution<double> u(-1, 1);
+    v.resize(std::size_t(sh.nk * sh.Hk * dvn));
+    dout.resize(std::size_t(sh.nq * sh.Hq * dvn));
+    for (auto* x : {&pr.q, &pr.k, &v, &dout})
+      for (double& y : *x) y = double(T(x == &pr.q || x == &pr.k ? y : u(rng)));
+    qs.assign(pr.q.begin(), pr.q.end()), ks.assign(pr.k.begin(), pr.k.end());
+    vs.assign(v.begin(), v.end()), ds.assign(dout.begin(), dout.end());
+    // dS = dO · v on the visible pairs: the scores backward's reference gives dq, dk, θ, t, s, γ.
+    for (int h = 0; h < sh.Hq; ++h)
+      for (int i = 0; i < sh.nq; ++i)
+        for (int j = 0; j < sh.nk; ++j) {
+          LD s = 0;
+          for (int e = 0; e < dvn; ++e)
+            s += LD(dout[std::size_t((i * sh.Hq + h) * dvn + e)]) *
+                 LD(v[std::size_t((j * sh.Hk + h / G) * dvn + e)]);
+          pr.ds[std::size_t((h * sh.nq + i) * sh.nk + j)] =
+              pr.tk[std::size_t(j)] > pr.tq[std::size_t(i)] ? 0.0 : double(s);
+        }
+    r = reference(pr);
+    reference_dv();
+  }
+
+  // dv, and its terms' magnitudes.
+  void reference_dv() {
+    const Shape& sh = pr.sh;
+    rdv.assign(v.size(), 0), mdv.assign(v.size(), 0);
+    const LD k2 = heads_kappa2(pr.twin, sh.Hq);
+    for (int h = 0; h < sh.Hq; ++h) {
+      const auto& tw = head_of(pr.twin, h);
+      for (int i = 0; i < sh.nq; ++i)
+        for (int j = 0; j < sh.nk; ++j) {
+          const LD t = pr.tq[std::size_t(i)], s = pr.tk[std::size_t(j)], tau = t - s;
+          if (s > t) continue;
+          const LD gamma = pr.opt.decay.empty() ? 1 : LD(pr.opt.decay[std::size_t(h)]);
+          const LD f = LD(pr.opt.scale) * std::pow(gamma, tau);
+          const MLD A = tw.A(tau);
+          const VLD qv = pr.qrow(i, h), kv = pr.krow(j, h / G);
+          const LD S = f * qv.dot(A * kv), M = std::abs(f) * qv.cwiseAbs().sum() * max_abs(A) *
+                                                   k2 * kv.cwiseAbs().sum();
+          for (int e = 0; e < dvn; ++e) {
+            const LD o = LD(dout[std::size_t((i * sh.Hq + h) * dvn + e)]);
+            rdv[std::size_t((j * sh.Hk + h / G) * dvn + e)] += S * o;
+            mdv[std::size_t((j * sh.Hk + h / G) * dvn + e)] += M * std::abs(o);
+          }
+        }
+    }
+  }
+
+  peal::LinearAttentionOptions options() const {
+    peal::LinearAttentionOptions opt;
+    opt.scale = pr.opt.scale;
+    opt.decay = pr.opt.decay;
+    return opt;
+  }
+
+  // block: queries per block of the quadratic backward (0: the public function's choice).
+  Result call(const peal::LinearAttentionOptions& opt, peal::Index block = 0) const {
+    const Shape& sh = pr.sh;
+    const bool decay = !opt.decay.empty();
+    Result x{std::vector<double>(pr.q.size(), 7.0), std::vector<double>(pr.k.size(), 7.0),
+             std::vector<double>(v.size(), 7.0), std::vector<double>(std::size_t(P), 0.0),
+             std::vector<double>(std::size_t(sh.nq), 0.0), std::vector<double>(std::size_t(sh.nk), 0.0),
+             std::vector<double>(std::size_t(sh.Hq), 0.0)};
+    const peal::LinearAttentionGradients<double> grads{&x.gp, &x.gt, &x.gs, decay ? &x.gg : nullptr};
+    const TensorView<const T> qv(qs.data(), sh.nq, sh.Hq, d), kv(ks.data(), sh.nk, sh.Hk, d),
+        vv(vs.data(), sh.nk, sh.Hk, dvn), dov(ds.data(), sh.nq, sh.Hq, dvn);
+    const TensorView<double> dqv(x.dq.data(), sh.nq, sh.Hq, d), dkv(x.dk.data(), sh.nk, sh.Hk, d),
+        dvv(x.dv.data(), sh.nk, sh.Hk, dvn);
+    const peal::Positions tq(pr.tq), tk(pr.tk);
+    if (block == 0)
+      peal::linear_attention_backward(pr.enc, qv, tq, kv, tk, vv, dov, dqv, dkv, dvv, opt, grads);
+    else
+      peal::detail::linear_backward::run(pr.enc, qv, tq, kv, tk, vv, dov, dqv, dkv, dvv, opt,
+                                         grads, block * sh.Hq * sh.nk);
+    return x;
+  }
+
+  // The scores backward's tolerance, plus dS = dO · v's dv roundings (in double) and `extra`
+  // roundings (the chunkwise form's sums over a chunk's keys and the states' d x dv products).
+  void check(const Result& x, int p, bool basis, int extra = 0) const {
+    const GradientTolerance tol = gradient_tolerance<C>(pr, p, basis);
+    const LD more = Tol<double>::roundings(dvn + extra);
+    const LD rel = tol.rel + more;
+    check_all("dq", x.dq, r.dq, r.mq, rel);
+    check_all("dk", x.dk, r.dk, r.mk, rel);
+    check_all("dv", x.dv, rdv, mdv, rel);
+    check_all("parameter", x.gp, r.dtheta, r.mtheta, tol.position + more);
+    check_all("query position", x.gt, r.dt, r.mt, tol.position + more);
+    check_all("key position", x.gs, r.ds, r.ms, tol.position + more);
+    if (!pr.opt.decay.empty()) check_all("decay", x.gg, r.dg, r.mg, rel);
+  }
+};
+
 // block: queries per block of the backward (0: the public function's own choice).
 template <class Fam, class T = double>
 void check_linear_backward(const Shape& sh, Regime regime, int p, bool basis, std::uint64_t seed,
                            int dvn, peal::Index block = 0) {
-  using C = peal::detail::tiled::arith_t<T, T>;
-  REQUIRE((sh.causal && !sh.alibi));
-  auto pr = Problem<Fam>::make(sh, regime, seed);
-  std::sort(pr.tq.begin(), pr.tq.end());  // linear attention: positions sorted by time
-  std::sort(pr.tk.begin(), pr.tk.end());
-  const int d = pr.d, P = peal::parameter_count(pr.enc), G = sh.Hq / sh.Hk;
-  std::mt19937_64 rng(seed + 100);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<double> v(std::size_t(sh.nk * sh.Hk * dvn)), dout(std::size_t(sh.nq * sh.Hq * dvn));
-  for (auto* x : {&pr.q, &pr.k, &v, &dout})
-    for (double& y : *x) y = double(T(x == &pr.q || x == &pr.k ? y : u(rng)));
-  // dS = dO · v on the visible pairs: the scores backward's reference then gives dq, dk, θ, t, s, γ.
-  for (int h = 0; h < sh.Hq; ++h)
-    for (int i = 0; i < sh.nq; ++i)
-      for (int j = 0; j < sh.nk; ++j) {
-        LD s = 0;
-        for (int e = 0; e < dvn; ++e)
-          s += LD(dout[std::size_t((i * sh.Hq + h) * dvn + e)]) *
-               LD(v[std::size_t((j * sh.Hk + h / G) * dvn + e)]);
-        pr.ds[std::size_t((h * sh.nq + i) * sh.nk + j)] = pr.tk[std::size_t(j)] > pr.tq[std::size_t(i)] ? 0.0 : double(s);
-      }
-  const Reference r = reference(pr);
-  // dv, and its terms' magnitudes.
-  std::vector<LD> rdv(v.size(), 0), mdv(v.size(), 0);
-  const LD k2 = heads_kappa2(pr.twin, sh.Hq);
-  for (int h = 0; h < sh.Hq; ++h) {
-    const auto& tw = head_of(pr.twin, h);
-    for (int i = 0; i < sh.nq; ++i)
-      for (int j = 0; j < sh.nk; ++j) {
-        const LD t = pr.tq[std::size_t(i)], s = pr.tk[std::size_t(j)], tau = t - s;
-        if (s > t) continue;
-        const LD gamma = sh.decay ? LD(pr.opt.decay[std::size_t(h)]) : 1;
-        const LD f = LD(pr.opt.scale) * std::pow(gamma, tau);
-        const MLD A = tw.A(tau);
-        const VLD qv = pr.qrow(i, h), kv = pr.krow(j, h / G);
-        const LD S = f * qv.dot(A * kv), M = std::abs(f) * qv.cwiseAbs().sum() * max_abs(A) * k2 *
-                                                 kv.cwiseAbs().sum();
-        for (int e = 0; e < dvn; ++e) {
-          const LD o = LD(dout[std::size_t((i * sh.Hq + h) * dvn + e)]);
-          rdv[std::size_t((j * sh.Hk + h / G) * dvn + e)] += S * o;
-          mdv[std::size_t((j * sh.Hk + h / G) * dvn + e)] += M * std::abs(o);
-        }
-      }
-  }
-  const std::vector<T> qs(pr.q.begin(), pr.q.end()), ks(pr.k.begin(), pr.k.end()),
-      vs(v.begin(), v.end()), ds(dout.begin(), dout.end());
-  std::vector<double> dq(pr.q.size(), 7.0), dk(pr.k.size(), 7.0), dv(v.size(), 7.0),
-      gp(std::size_t(P), 0.0), gt(std::size_t(sh.nq), 0.0), gs(std::size_t(sh.nk), 0.0),
-      gg(std::size_t(sh.Hq), 0.0);
-  peal::LinearAttentionOptions opt;
-  opt.scale = pr.opt.scale;
-  opt.decay = pr.opt.decay;
-  const peal::LinearAttentionGradients<double> grads{&gp, &gt, &gs, sh.decay ? &gg : nullptr};
-  const TensorView<const T> qv(qs.data(), sh.nq, sh.Hq, d), kv(ks.data(), sh.nk, sh.Hk, d),
-      vv(vs.data(), sh.nk, sh.Hk, dvn), dov(ds.data(), sh.nq, sh.Hq, dvn);
-  const TensorView<double> dqv(dq.data(), sh.nq, sh.Hq, d), dkv(dk.data(), sh.nk, sh.Hk, d),
-      dvv(dv.data(), sh.nk, sh.Hk, dvn);
-  const peal::Positions tq(pr.tq), tk(pr.tk);
-  if (block == 0)
-    peal::linear_attention_backward(pr.enc, qv, tq, kv, tk, vv, dov, dqv, dkv, dvv, opt, grads);
-  else
-    peal::detail::linear_backward::run(pr.enc, qv, tq, kv, tk, vv, dov, dqv, dkv, dvv, opt, grads,
-                                       block * sh.Hq * sh.nk);
-  INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sizeof(C) * 8
+  const LinearCase<Fam, T> lc(sh, regime, seed, dvn);
+  INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], "
+                 << sizeof(typename LinearCase<Fam, T>::C) * 8
                  << "-bit arithmetic, blocks of " << block << " queries (0: one)");
-  // The scores backward's tolerance, plus dS = dO · v's dv roundings (in double).
-  const GradientTolerance tol = gradient_tolerance<C>(pr, p, basis);
-  const LD rel = tol.rel + Tol<double>::roundings(dvn);
-  check_all("dq", dq, r.dq, r.mq, rel);
-  check_all("dk", dk, r.dk, r.mk, rel);
-  check_all("dv", dv, rdv, mdv, rel);
-  check_all("parameter", gp, r.dtheta, r.mtheta, tol.position + Tol<double>::roundings(dvn));
-  check_all("query position", gt, r.dt, r.mt, tol.position + Tol<double>::roundings(dvn));
-  check_all("key position", gs, r.ds, r.ms, tol.position + Tol<double>::roundings(dvn));
-  if (sh.decay) check_all("decay", gg, r.dg, r.mg, rel);
+  lc.check(lc.call(lc.options(), block), p, basis);
+}
+
+// Each result of a within `rel` of the terms' magnitudes of b's.
+inline void check_close(const char* what, const std::vector<double>& a,
+                        const std::vector<double>& b, const std::vector<LD>& mag, LD rel) {
+  std::vector<LD> bl(b.begin(), b.end());
+  check_all(what, a, bl, mag, rel);
+}
+
+// The chunkwise O(n) backward (form = chunkwise, keys per chunk `chunk`) against the per-pair
+// reference and against the quadratic backward (form = parallel); recurrent takes the same
+// path; 1 and 3 threads give the bits of OpenMP's maximum.
+template <class Fam, class T = double>
+void check_chunkwise(const Shape& sh, Regime regime, int p, bool basis, std::uint64_t seed,
+                     int dvn, peal::Index chunk, const std::vector<double>& decays = {}) {
+  const LinearCase<Fam, T> lc(sh, regime, seed, dvn, decays);
+  INFO(Fam::name << ", positions [" << sh.lo << ", " << sh.hi << "], " << sh.nq << " queries, "
+                 << sh.nk << " keys, chunks of " << chunk << ", "
+                 << sizeof(typename LinearCase<Fam, T>::C) * 8 << "-bit arithmetic");
+  auto opt = lc.options();
+  opt.form = peal::LinearForm::chunkwise;
+  opt.chunk = chunk;
+  const auto x = lc.call(opt);
+  lc.check(x, p, basis, 2 * (int(chunk) + lc.d + dvn));
+  opt.form = peal::LinearForm::parallel;  // the quadratic backward
+  const auto quad = lc.call(opt);
+  const GradientTolerance tol = gradient_tolerance<typename LinearCase<Fam, T>::C>(lc.pr, p, basis);
+  const LD rel = 2 * (tol.rel + Tol<double>::roundings(2 * (int(chunk) + lc.d + dvn)));
+  const LD pos = 2 * (tol.position + Tol<double>::roundings(2 * (int(chunk) + lc.d + dvn)));
+  check_close("dq against the quadratic backward", x.dq, quad.dq, lc.r.mq, rel);
+  check_close("dk against the quadratic backward", x.dk, quad.dk, lc.r.mk, rel);
+  check_close("dv against the quadratic backward", x.dv, quad.dv, lc.mdv, rel);
+  check_close("parameter against the quadratic backward", x.gp, quad.gp, lc.r.mtheta, pos);
+  check_close("query position against the quadratic backward", x.gt, quad.gt, lc.r.mt, pos);
+  check_close("key position against the quadratic backward", x.gs, quad.gs, lc.r.ms, pos);
+  if (!lc.pr.opt.decay.empty())
+    check_close("decay against the quadratic backward", x.gg, quad.gg, lc.r.mg, rel);
+  opt.form = peal::LinearForm::recurrent;
+  const auto rec = lc.call(opt);
+  CHECK((rec.dq == x.dq && rec.dk == x.dk && rec.dv == x.dv && rec.gp == x.gp));
+  opt.form = peal::LinearForm::chunkwise;
+  for (int threads : {1, 3}) {
+    opt.threads = threads;
+    const auto y = lc.call(opt);
+    INFO(threads << " threads against OpenMP's maximum");
+    CHECK(y.dq == x.dq);
+    CHECK(y.dk == x.dk);
+    CHECK(y.dv == x.dv);
+    CHECK(y.gp == x.gp);
+    CHECK(y.gt == x.gt);
+    CHECK(y.gs == x.gs);
+    CHECK(y.gg == x.gg);
+  }
+}
+
+// L = Σ dO · out in long double, out by the per-pair formula of the twin with parameters θ,
+// decays γ and positions tq, tk (sorted: the causal mask is s_j ≤ t_i).
+template <class Fam, class T>
+LD loss(const LinearCase<Fam, T>& lc, const std::vector<LD>& theta, const std::vector<LD>& gamma,
+        const std::vector<LD>& tq, const std::vector<LD>& tk) {
+  const Shape& sh = lc.pr.sh;
+  const auto tw = peal::with_parameters(lc.pr.twin, theta);
+  LD L = 0;
+  for (int i = 0; i < sh.nq; ++i)
+    for (int j = 0; j < sh.nk; ++j) {
+      if (lc.pr.tk[std::size_t(j)] > lc.pr.tq[std::size_t(i)]) continue;  // the mask at θ
+      const LD tau = tq[std::size_t(i)] - tk[std::size_t(j)];
+      const MLD A = tw.A(tau);
+      for (int h = 0; h < sh.Hq; ++h) {
+        const LD f = LD(lc.pr.opt.scale) * (gamma.empty() ? 1 : std::pow(gamma[std::size_t(h)], tau));
+        const LD S = f * lc.pr.qrow(i, h).dot(A * lc.pr.krow(j, h / lc.G));
+        for (int e = 0; e < lc.dvn; ++e)
+          L += S * LD(lc.dout[std::size_t((i * sh.Hq + h) * lc.dvn + e)]) *
+               LD(lc.v[std::size_t((j * sh.Hk + h / lc.G) * lc.dvn + e)]);
+      }
+    }
+  return L;
+}
+
+// The chunkwise backward's parameter, decay and position gradients against a fourth-order
+// central difference of that loss (steps 1e-4 (1 + |x|); truncation ~ h^4 |L^(5)|).
+template <class Fam>
+void check_central_differences(const Shape& sh, Regime regime, int p, bool basis,
+                               std::uint64_t seed, int dvn, peal::Index chunk,
+                               const std::vector<double>& decays) {
+  const LinearCase<Fam> lc(sh, regime, seed, dvn, decays);
+  auto opt = lc.options();
+  opt.form = peal::LinearForm::chunkwise;
+  opt.chunk = chunk;
+  const auto x = lc.call(opt);
+  lc.check(x, p, basis, 2 * (int(chunk) + lc.d + dvn));
+  // θ in the twin's layout, which is enc's (derivative_check.hpp)
+  std::vector<LD> theta = peal::parameters(lc.pr.twin).values;
+  std::vector<LD> gamma(decays.begin(), decays.end()), tq(lc.pr.tq.begin(), lc.pr.tq.end()),
+      tk(lc.pr.tk.begin(), lc.pr.tk.end());
+  auto diff = [&](std::vector<LD>& at, std::size_t idx) {
+    const LD x0 = at[idx], h = 1e-4L * (1 + std::abs(x0)), steps[4] = {-2, -1, 1, 2};
+    LD f[4];
+    for (int s = 0; s < 4; ++s) {
+      at[idx] = x0 + steps[s] * h;
+      f[s] = loss(lc, theta, gamma, tq, tk);
+    }
+    at[idx] = x0;
+    return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h);
+  };
+  auto against = [&](const char* what, std::vector<LD>& at, const std::vector<double>& got,
+                     const std::vector<LD>& mag) {
+    for (std::size_t idx = 0; idx < at.size(); ++idx) {
+      const LD cd = diff(at, idx);
+      INFO(what << "[" << idx << "]: " << got[idx] << " vs " << double(cd));
+      CHECK(std::abs(LD(got[idx]) - cd) <= 1e-7L * mag[idx] + 1e-12L);
+    }
+  };
+  against("parameter", theta, x.gp, lc.r.mtheta);
+  against("decay", gamma, x.gg, lc.r.mg);
+  against("query position", tq, x.gt, lc.r.mt);
+  against("key position", tk, x.gs, lc.r.ms);
 }
 
 }  // namespace
@@ -113,6 +295,43 @@ TEST_CASE("linear attention backward: against the per-pair formula", "[linear_ba
   // Queries in blocks of 2 and of 1: dk, dv and the gradients summed over the blocks.
   check_linear_backward<MixedFam>(wide, Regime::Large, 2, false, 35, 5, 2);
   check_linear_backward<MixedFam>(small, Regime::Random, 2, false, 36, 4, 1);
+}
+
+TEST_CASE("linear attention backward: the chunkwise O(n) form", "[linear_backward][chunkwise]") {
+  const std::vector<double> retnet{1 - 1.0 / 32, 1 - 1.0 / 64, 1 - 1.0 / 128, 1 - 1.0 / 256};
+  // A Jordan chain and every block type (dense transport A(Δ) between anchors), decays, GQA,
+  // dv != d, 75 keys in chunks of 16 (the last one short; two segments of states), irregular
+  // positions over 3000; its basis change (transport A_J(Δ)), chunks of 7.
+  check_chunkwise<MixedFam>({70, 75, 4, 2, 0, 3000, true, false, true}, Regime::Large, 2, false,
+                            41, 5, 16);
+  check_chunkwise<BasisChangeFam>({40, 45, 2, 1, 0, 3000, true, false, true}, Regime::Large, 2,
+                                  true, 42, 3, 7);
+  // RoPE's rotation (pure: anchor 0, no transport) near 10^6, irregular, dv != d, GQA; and with
+  // RetNet's per-head decays γ_h = 1 - 2^-(5+h) (the decays anchored per chunk).
+  check_chunkwise<RopeBankFam>({90, 100, 4, 2, 1e6, 1e6 + 3000, true, false, false},
+                               Regime::Random, 0, false, 43, 20, 16);
+  check_chunkwise<RopeBankFam>({90, 100, 4, 2, 1e6, 1e6 + 3000, true, false, true},
+                               Regime::Random, 0, false, 44, 6, 13, retnet);
+  // A decaying rotation bank (RetNet's xPos-like damped rotations, not pure) with per-head
+  // decays, near 10^6.
+  check_chunkwise<RetNetFam<1>>({60, 64, 2, 1, 1e6, 1e6 + 2000, true, false, true},
+                                Regime::Random, 0, false, 45, 7, 9, {retnet[0], retnet[2]});
+  // Float storage and arithmetic for the pairs (the states in double); then chunks of one key
+  // (every pair through the states), no decays, one query head per key head.
+  check_chunkwise<MixedFam, float>({20, 24, 2, 1, -3, 3, true, false, true}, Regime::Random, 2,
+                                   false, 46, 4, 5);
+  check_chunkwise<MixedFam>({9, 7, 2, 2, 0, 50, true, false, false}, Regime::Random, 2, false,
+                            47, 3, 1);
+}
+
+TEST_CASE("linear attention backward: the chunkwise form against central differences",
+          "[linear_backward][chunkwise]") {
+  // Every parameter (the Jordan chains' rates, the rotations', the basis P), the decays and
+  // every position, against the long double loss itself.
+  check_central_differences<MixedFam>({24, 26, 2, 1, 0, 40, true, false, true}, Regime::Random,
+                                      2, false, 48, 3, 5, {0.9, 0.97});
+  check_central_differences<BasisChangeFam>({16, 18, 2, 2, 0, 30, true, false, true},
+                                            Regime::Random, 2, true, 49, 2, 4, {0.95, 0.8});
 }
 
 TEST_CASE("linear attention backward: no keys, no queries, bad input", "[linear_backward]") {

@@ -5,14 +5,26 @@
 //   dV_j = Σ_{h of its group} Σ_{i : s_j ≤ t_i} S_hij dO_ih,   dS_hij = dO_ih · v_j,
 // and dS goes through scores_backward (scores_backward.hpp: anchored tiles, cross factors,
 // the encode backward at relative positions) into dq, dk, ∂L/∂θ, ∂L/∂t, ∂L/∂s and ∂L/∂γ_h.
-// The three forms of the forward compute the same function, so one backward serves them all.
-// Queries are taken in blocks (at most 2^22 entries of S and dS per block, and at least one
-// query): per block S by scores() (only when dv is wanted) and dS by one product per head, in
-// double; dV and dk sum over the blocks in double and are written once. Memory: O(Hq · nb · nk) for a block of nb
-// queries and O((d + dv) · nk · Hk) for the sums, never O(nq · nk · Hq). Arithmetic: the
-// forward's for the scores (double if q, k or v stores double, float otherwise), double for
-// dS, dV and the sums; the scores forward and backward take opt.threads, the products per block
-// one thread; deterministic (any thread count gives the bits of one thread).
+// The three forms of the forward compute the same function; the backward has two algorithms:
+//  - O(n), the chunkwise form's own (detail/tiled/linear_backward_run.hpp): for form = chunkwise
+//    or recurrent, and automatic past 256 keys (where the forward takes the chunkwise form).
+//    The states at the chunk anchors are recomputed (checkpoints every sqrt(chunks) chunks),
+//    the adjoint state dM carried from the last chunk back, the pairs within a chunk by the
+//    quadratic algorithm below on a C x C block; the anchor transport A_X(Δ) between chunks
+//    contributes its own parameter derivative. Time O(n C d + n d dv) per head (plus
+//    O(n d² dv / C) for the dense transport of encodings that are not pure rotations), memory
+//    O(sqrt(n / C) d dv) per state head and one chunk's rows. Every encoding of the forward's
+//    chunkwise form; PerHead (which the forward does not take) keeps the quadratic one.
+//  - quadratic, for form = parallel, automatic up to 256 keys, PerHead: queries taken in
+//    blocks (at most 2^22 entries of S and dS per block, and at least one query): per block S
+//    by scores() (only when dv is wanted) and dS by one product per head, in double; dV and dk
+//    sum over the blocks in double and are written once. Memory: O(Hq · nb · nk) for a block of
+//    nb queries and O((d + dv) · nk · Hk) for the sums, never O(nq · nk · Hq).
+// Arithmetic: the forward's for the scores (double if q, k or v stores double, float
+// otherwise), double for dS, dV, the states, their adjoints and the sums. Threads: the O(n)
+// backward over the key heads (each with its own sums, added in head order), the quadratic
+// one's scores forward and backward take opt.threads (the products per block one thread);
+// deterministic (any thread count gives the bits of one thread).
 // Not differentiated: normalization = retnet (its row normalisation depends on the form; it
 // throws), and a continued LinearState (the state's keys are not given: differentiate the
 // whole sequence).
@@ -28,6 +40,7 @@
 
 #include "detail/overlap.hpp"
 #include "detail/tiled/backward_run.hpp"
+#include "detail/tiled/linear_backward_run.hpp"
 #include "errors.hpp"
 #include "linear_attention.hpp"
 #include "positions.hpp"
@@ -122,21 +135,6 @@ inline double* kept_buffer(Buffer which, Index a, Index b, Index c = 1) {
   return buf.data();
 }
 
-// Head h of a view as rows [tokens, dim] of `to` (ld `ld`), in double.
-template <class T>
-void gather(const TensorView<T>& x, Index i0, Index n, Index h, double* to, Index ld) {
-  for (Index i = 0; i < n; ++i)
-    for (Index e = 0; e < x.dim(); ++e) to[i * ld + e] = to_arith<double>(x(i0 + i, h, e));
-}
-
-template <class T>
-void write(const TensorView<T>& x, const double* from) {  // from: [tokens, heads, dim], dense
-  for (Index i = 0; i < x.tokens(); ++i)
-    for (Index h = 0; h < x.heads(); ++h)
-      for (Index e = 0; e < x.dim(); ++e)
-        x(i, h, e) = from_arith<std::remove_cv_t<T>>(from[(i * x.heads() + h) * x.dim() + e]);
-}
-
 template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv,
           class R>
 void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
@@ -217,8 +215,8 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
 /// ADDS the gradients asked for in grads (the decays' with opt.decay set). q, k, v, d_out:
 /// float, double, Eigen::half or Eigen::bfloat16. Throws peal::invalid_argument before writing
 /// anything on inconsistent extents, unsorted or non-finite positions, bad options, gradient
-/// sizes, overlapping outputs, and on normalization = retnet. Of opt, form and chunk are
-/// validated and not used (the forms compute one function).
+/// sizes, overlapping outputs, and on normalization = retnet. opt.form and opt.chunk choose the
+/// algorithm (the top of this file), not the result: the forms compute one function.
 template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv>
 void linear_attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq,
                                TensorView<Tk> k, const Positions& tk, TensorView<Tv> v,
@@ -228,6 +226,21 @@ void linear_attention_backward(const E& enc, TensorView<Tq> q, const Positions& 
   namespace lb = detail::linear_backward;
   detail::encode_backward::require_derivatives<E>();
   lb::check(enc, q, tq, k, tk, v, d_out, dq, dk, dv, opt, grads);
+  if constexpr (!lb::per_head_encoding<E>::value) {
+    if (lb::chunked(opt, q.tokens(), k.tokens())) {
+      const auto qr = detail::ro(q);
+      const auto kr = detail::ro(k);
+      const auto vr = detail::ro(v);
+      const auto dor = detail::ro(d_out);
+      lb::ChunkBackward<E, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>,
+                        const std::remove_cv_t<Tv>, const std::remove_cv_t<Tdo>,
+                        real_t<typename E::Scalar>>
+          cb(enc, qr, tq, kr, tk, vr, dor, opt, grads.parameters, grads.query_positions,
+             grads.key_positions, grads.decay);
+      cb.run(dq, dk, dv);
+      return;
+    }
+  }
   lb::run(enc, detail::ro(q), tq, detail::ro(k), tk, detail::ro(v), detail::ro(d_out), dq, dk,
           dv, opt, grads);
 }

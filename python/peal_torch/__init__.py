@@ -363,8 +363,9 @@ def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_sp
     normalisation). Shapes as attention(); tq and tk must each be non-decreasing. decay [Hq]
     in (0, 1] (RetNet's gamma_h; None: no decay) may require grad, as may every other tensor.
     form ("automatic", "parallel", "chunkwise", "recurrent") and chunk choose how the forward
-    runs (the same function); the backward is one (quadratic in the tokens, in bounded memory:
-    docs/gradients.md).
+    and the backward run (the same function): the backward is O(n) for "chunkwise" and
+    "recurrent" (and "automatic" past 256 keys), quadratic in bounded memory for "parallel"
+    (docs/gradients.md §4).
     """
     interleaved = _layout(layout)
     inv_freq, damping = _parameters(inv_freq, damping)
