@@ -14,10 +14,12 @@
 //       cache of 32768 keys: raw keys at positions 0..nk-1 rebased inside (raw) or keys
 //       stored as G(s) k (encoded, AttentionOptions::keys_encoded); query at t = nk.
 //       decode/<mode>_headmajor: the same cache laid out [Hk, nk, d] (a strided view): one
-//       head's keys contiguous. Contenders: peal::attention; std::memcpy of a buffer of the K + V
-//       size into another (the same threads, each a contiguous share); a read-only sum over a
-//       buffer of that size. GBps = bytes of K and V (decimal GB) / median time, for every
-//       contender.
+//       head's keys contiguous. decode/f16_<mode>, decode/bf16_<mode>: the same cache stored
+//       as Eigen::half / Eigen::bfloat16 (q and out float). Contenders: peal::attention;
+//       std::memcpy of a buffer of the K + V size (the cache's own bytes: half of f32's for
+//       f16 and bf16) into another (the same threads, each a contiguous share); a read-only
+//       sum over a buffer of that size; for f32 encoded caches, a plain loop. GBps = bytes
+//       of K and V (decimal GB) / median time, for every contender.
 //   scores1h/<enc>/<n>/<threads>   peal::scores on ONE head (bench_scores.cpp has 4 heads
 //       only): RoPE, ALiBi (ScoreOptions::alibi_slopes), RoPE + scalar decay
 //       (ScoreOptions::decay); against the plain GEMM Q K^T and the unfused pipeline
@@ -50,6 +52,7 @@
 #include <peal/scores.hpp>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -384,24 +387,53 @@ void decode_loop(const float* qe, const TensorView<const float>& k,
   }
 }
 
+/// The decode cache in storage type T: K (raw and encoded, both layouts) and V converted
+/// once from the float data (float: the float data itself).
+template <class T>
+struct DecodeCache {
+  std::vector<T> k, k_enc, k_enc_hm, v;
+};
+
+template <class T>
+std::vector<T> stored_as(const std::vector<float>& x) {
+  std::vector<T> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = T(x[i]);
+  return y;
+}
+
+template <class T>
+const DecodeCache<T>& decode_cache() {
+  static std::unique_ptr<DecodeCache<T>> p;
+  if (!p) {
+    const DecodeData& D = decode_data();
+    p.reset(new DecodeCache<T>{stored_as<T>(D.k), stored_as<T>(D.k_enc), stored_as<T>(D.k_enc_hm),
+                               stored_as<T>(D.v)});
+  }
+  return *p;
+}
+
+/// decode/<type><mode>: the cache stored as T (float, Eigen::half, Eigen::bfloat16; q and
+/// out stay float); GBps and the memcpy / read baselines over the cache's own bytes.
+template <class T>
 void BM_decode(benchmark::State& state, bool encoded, bool head_major) {
   const int threads = int(state.range(0));
   const Index nk = kDecodeKeys, Hq = kDecodeQHeads, Hk = kDecodeKvHeads, d = kDim;
   DecodeData& D = decode_data();
+  const DecodeCache<T>& S = decode_cache<T>();
   const auto enc = rope_preset();
   const double tq = double(nk);
   const Positions qpos(&tq, 1), kpos = Positions::sequence(0.0);
   const TensorView<const float> q(D.q.data(), 1, Hq, d);
-  const auto v = decode_view<const float>(D.v.data(), head_major);
-  const auto k = decode_view<const float>(D.k.data(), head_major);
-  const auto ke = decode_view<const float>((head_major ? D.k_enc_hm : D.k_enc).data(), head_major);
+  const auto v = decode_view<const T>(S.v.data(), head_major);
+  const auto k = decode_view<const T>(S.k.data(), head_major);
+  const auto ke = decode_view<const T>((head_major ? S.k_enc_hm : S.k_enc).data(), head_major);
   auto attend = [&](bool e, float* out) {
     AttentionOptions ao;
     ao.threads = threads;
     ao.keys_encoded = e;
     peal::attention(enc, q, qpos, e ? ke : k, kpos, v, TensorView<float>(out, 1, Hq, d), ao);
   };
-  const std::size_t bytes = 2 * std::size_t(nk * Hk * d) * sizeof(float);
+  const std::size_t bytes = 2 * std::size_t(nk * Hk * d) * sizeof(T);
   auto fused = [&] { attend(encoded, D.out.data()); };
   auto copy = [&] {
     copy_bytes(reinterpret_cast<const char*>(D.src.data()), reinterpret_cast<char*>(D.dst.data()),
@@ -409,23 +441,27 @@ void BM_decode(benchmark::State& state, bool encoded, bool head_major) {
   };
   float sink = 0;
   auto read = [&] {
-    sink += read_floats(D.src.data(), Index(D.src.size()), threads);
+    sink += read_floats(D.src.data(), Index(bytes / sizeof(float)), threads);
     benchmark::DoNotOptimize(sink);
   };
-  // The plain loop (encoded caches only): the query encoded once, as an engine would.
-  std::vector<float> qe(D.q), out_loop(D.out.size());
-  peal::encode_queries(enc, TensorView<float>(qe.data(), 1, Hq, d), qpos);
-  auto loop = [&] { decode_loop(qe.data(), ke, v, out_loop.data(), threads); };
   set_threads(threads);
   attend(false, D.out.data());
   attend(true, D.out_enc.data());
   const double diff = max_abs_diff(D.out, D.out_enc);
   std::vector<Contender> cs = {
       {"", threads, fused}, {"memcpy", threads, copy}, {"read", threads, read}};
-  if (encoded) {
-    loop();
-    state.counters["loop_max_diff"] = max_abs_diff(D.out_enc, out_loop);
-    cs.push_back({"loop", threads, loop});
+  if constexpr (std::is_same<T, float>::value) {
+    // The plain loop (encoded f32 caches only): the query encoded once, as an engine would.
+    std::vector<float> qe(D.q), out_loop(D.out.size());
+    peal::encode_queries(enc, TensorView<float>(qe.data(), 1, Hq, d), qpos);
+    auto loop = [&, qe, out_loop]() mutable {
+      decode_loop(qe.data(), ke, v, out_loop.data(), threads);
+    };
+    if (encoded) {
+      decode_loop(qe.data(), ke, v, out_loop.data(), threads);
+      state.counters["loop_max_diff"] = max_abs_diff(D.out_enc, out_loop);
+      cs.push_back({"loop", threads, loop});
+    }
   }
   paired_run(state, cs, double(bytes) * 1e-9, "GBps");
   state.counters["max_diff"] = diff;
@@ -556,12 +592,19 @@ void BM_fma_peak(benchmark::State& state) {
         ->Args({2048, 4})
         ->Args({512, 1})
         ->Args({2048, 1});
-  for (bool hm : {false, true})
-    for (bool encoded : {false, true})
-      paired(std::string("decode/") + (encoded ? "encoded" : "raw") + (hm ? "_headmajor" : ""),
-             [encoded, hm](benchmark::State& s) { BM_decode(s, encoded, hm); })
-          ->Arg(1)
-          ->Arg(2);
+  // decode/<mode>: f32 cache; decode/f16_<mode>, decode/bf16_<mode>: half-precision caches.
+  auto decode = [&](const std::string& type, auto tag) {
+    using T = decltype(tag);
+    for (bool hm : {false, true})
+      for (bool encoded : {false, true})
+        paired("decode/" + type + (encoded ? "encoded" : "raw") + (hm ? "_headmajor" : ""),
+               [encoded, hm](benchmark::State& s) { BM_decode<T>(s, encoded, hm); })
+            ->Arg(1)
+            ->Arg(2);
+  };
+  decode("", float());
+  decode("f16_", Eigen::half());
+  decode("bf16_", Eigen::bfloat16());
   auto one_head = [&](const std::string& name, auto fn) {
     auto* b = paired("scores1h/" + name, fn);
     b->MinTime(0.5);

@@ -2,12 +2,17 @@
 // a view makes when it is built (extents, null data, address span within ptrdiff_t with
 // every product checked, and the exact self-overlap test of a writable view, compared with
 // brute force and with an independent solver on large extents), its addressing, and the
-// byte-range overlap test the kernels use between their output and their inputs.
+// byte-range overlap test the kernels use between their output and their inputs; and the
+// bulk row conversions of half-like storage (include/peal/detail/half_rows.hpp) against
+// Eigen's scalar conversions, for every 16-bit pattern.
 #include <Eigen/Core>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
+#include <peal/detail/half_rows.hpp>
 #include <peal/detail/overlap.hpp>
 #include <peal/view.hpp>
 #include <random>
@@ -306,4 +311,182 @@ TEST_CASE("detail::may_overlap compares the byte ranges the views touch", "[view
   const TensorView<float> left(p, 4, 1, 4, Strides{8, 4, 1}),
       right(p + 4, 4, 1, 4, Strides{8, 4, 1});
   CHECK(may_overlap(left, right));
+}
+
+// ---- Bulk conversions of half-like rows (detail/half_rows.hpp) ----------------------------
+
+namespace {
+
+template <class H>
+H from_bits(std::uint16_t b) {
+  return Eigen::numext::bit_cast<H>(b);
+}
+std::uint32_t float_bits(float x) { return Eigen::numext::bit_cast<std::uint32_t>(x); }
+template <class H>
+std::uint16_t half_bits(H h) {
+  return Eigen::numext::bit_cast<std::uint16_t>(h);
+}
+
+// Lengths that reach each part of a conversion: nothing, the scalar tail alone, one 8-wide
+// step, the 16-wide body, the 32-wide body (f16 -> f32 with AVX-512), and their tails.
+const Index kRowLengths[] = {0, 1, 7, 8, 15, 16, 17, 33};
+
+// Every 16-bit pattern of H converted to float in rows of `len` (one call per row, the rows
+// starting one element past an aligned buffer), against Eigen's scalar conversion: the same
+// bits, or NaN for NaN. Returns the mismatches; a write past a row's end counts as one.
+template <class H, class Convert>
+Index to_float_mismatches(Index len, Convert convert) {
+  constexpr Index kAll = 65536;
+  std::vector<H> src(kAll + 1);
+  for (Index b = 0; b < kAll; ++b) src[std::size_t(b + 1)] = from_bits<H>(std::uint16_t(b));
+  std::vector<float> dst(std::size_t(kAll + 2), 0.0f);
+  const float sentinel = -12345.0f;
+  Index bad = 0;
+  for (Index r0 = 0; r0 < (len == 0 ? 1 : kAll); r0 += std::max<Index>(len, 1)) {
+    const Index n = std::min(len, kAll - r0);
+    dst[std::size_t(r0 + 1 + n)] = sentinel;
+    convert(src.data() + 1 + r0, dst.data() + 1 + r0, n);
+    bad += dst[std::size_t(r0 + 1 + n)] != sentinel;  // (the next row overwrites it)
+  }
+  for (Index b = 0; b < (len == 0 ? 0 : kAll); ++b) {
+    const float want = static_cast<float>(src[std::size_t(b + 1)]), got = dst[std::size_t(b + 1)];
+    bad += std::isnan(want) ? !std::isnan(got) : float_bits(want) != float_bits(got);
+  }
+  return bad;
+}
+
+// f32 -> H on floats around every H value: the bits of each of the 65,536 patterns widened
+// to float plus the offsets of `near` (exact values, the ties of round-to-nearest-even and
+// their neighbours, subnormals, overflow past the largest finite value, NaN payloads), plus
+// named hard cases; in rows of `len` against Eigen's scalar H(float).
+template <class H, class Convert>
+Index from_float_mismatches(Index len, const std::vector<std::uint32_t>& near,
+                            const std::vector<float>& named, Convert convert) {
+  std::vector<float> src(1, 0.0f);  // one element of offset: misaligned rows
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const std::uint32_t u = float_bits(static_cast<float>(from_bits<H>(std::uint16_t(b))));
+    for (std::uint32_t o : near) {
+      src.push_back(Eigen::numext::bit_cast<float>(u + o));
+      src.push_back(Eigen::numext::bit_cast<float>(u - o));
+    }
+  }
+  src.insert(src.end(), named.begin(), named.end());
+  const Index total = Index(src.size()) - 1;
+  std::vector<H> dst(std::size_t(total + 2), from_bits<H>(0));
+  const H sentinel = from_bits<H>(0x1234);
+  Index bad = 0;
+  for (Index r0 = 0; r0 < (len == 0 ? 1 : total); r0 += std::max<Index>(len, 1)) {
+    const Index n = std::min(len, total - r0);
+    dst[std::size_t(r0 + 1 + n)] = sentinel;
+    convert(src.data() + 1 + r0, dst.data() + 1 + r0, n);
+    bad += half_bits(dst[std::size_t(r0 + 1 + n)]) != half_bits(sentinel);
+  }
+  for (Index i = 0; i < (len == 0 ? 0 : total); ++i) {
+    const H want = H(src[std::size_t(i + 1)]), got = dst[std::size_t(i + 1)];
+    bad +=
+        Eigen::numext::isnan(want) ? !Eigen::numext::isnan(got) : half_bits(want) != half_bits(got);
+  }
+  return bad;
+}
+
+std::vector<float> hard_floats() {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          inf,
+                          -inf,
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          Eigen::numext::bit_cast<float>(std::uint32_t(0x7f800001)),  // sNaN
+                          Eigen::numext::bit_cast<float>(std::uint32_t(0xffc00001)),
+                          std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min(),
+                          std::numeric_limits<float>::denorm_min(),
+                          65504.0f,
+                          65519.996f,
+                          65520.0f,
+                          -65520.0f,
+                          65536.0f,  // f16 overflow
+                          1.0f + 0x1p-11f,
+                          1.0f + 3 * 0x1p-11f,  // f16 ties
+                          0x1p-25f,
+                          3 * 0x1p-25f,
+                          0x1p-24f,
+                          0x1p-14f,
+                          0x1p-14f - 0x1p-24f,
+                          1.0f + 0x1p-8f,
+                          1.0f + 3 * 0x1p-8f,  // bf16 ties
+                          0x1p-133f,
+                          3 * 0x1p-134f,
+                          3.3895314e38f,
+                          3.3961776e38f};
+  std::mt19937 rng(24);
+  for (int i = 0; i < 4096; ++i) x.push_back(Eigen::numext::bit_cast<float>(std::uint32_t(rng())));
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("half rows: f16 and bf16 to float, every bit pattern, as Eigen's conversion",
+          "[storage][half]") {
+  for (Index len : kRowLengths) {
+    INFO("length " << len);
+    CHECK(to_float_mismatches<Eigen::half>(len, peal::detail::half_to_float) == 0);
+    CHECK(to_float_mismatches<Eigen::bfloat16>(len, peal::detail::bfloat16_to_float) == 0);
+    // The generic loader the kernels call (float arithmetic), and its double path.
+    CHECK(to_float_mismatches<Eigen::half>(len, [](const Eigen::half* s, float* d, Index n) {
+            peal::detail::load_row(s, d, n);
+          }) == 0);
+    CHECK(
+        to_float_mismatches<Eigen::bfloat16>(len, [](const Eigen::bfloat16* s, float* d, Index n) {
+          peal::detail::load_row(s, d, n);
+        }) == 0);
+  }
+  const Eigen::bfloat16 b[3] = {Eigen::bfloat16(1.5f), Eigen::bfloat16(-0.0f),
+                                Eigen::bfloat16(3e38f)};
+  double wide[3];
+  peal::detail::load_row(b, wide, 3);
+  CHECK(wide[0] == 1.5);
+  CHECK(std::signbit(wide[1]));
+  CHECK(wide[2] == double(float(b[2])));
+}
+
+TEST_CASE("half rows: float to f16 and bf16 round to nearest even, as Eigen's conversion",
+          "[storage][half]") {
+  const std::vector<float> named = hard_floats();
+  // f32 -> f16 drops 13 mantissa bits of a normal f16 (the tie is 0x1000), more of a
+  // subnormal; f32 -> bf16 drops 16 (the tie is 0x8000).
+  const std::vector<std::uint32_t> near16 = {0,      1,      0x0fff, 0x1000, 0x1001,  0x1fff,
+                                             0x2000, 0x2001, 0x4000, 0x8000, 0x10000, 0x3fffff};
+  const std::vector<std::uint32_t> near_bf = {0,      1,       0x7fff,  0x8000,  0x8001,
+                                              0xffff, 0x10000, 0x18000, 0x3fffff};
+  for (Index len : kRowLengths) {
+    INFO("length " << len);
+    CHECK(from_float_mismatches<Eigen::half>(len, near16, named, peal::detail::float_to_half) == 0);
+    CHECK(from_float_mismatches<Eigen::bfloat16>(len, near_bf, named,
+                                                 peal::detail::float_to_bfloat16) == 0);
+    CHECK(from_float_mismatches<Eigen::half>(len, near16, named,
+                                             [](const float* s, Eigen::half* d, Index n) {
+                                               peal::detail::store_row(s, d, n);
+                                             }) == 0);
+  }
+  // Named results: ties to even, overflow to inf, NaN stays NaN with its sign (bf16).
+  Eigen::half h[4];
+  const float hs[4] = {1.0f + 0x1p-11f, 65520.0f, 0x1p-25f, 3 * 0x1p-25f};
+  peal::detail::float_to_half(hs, h, 4);
+  CHECK(float(h[0]) == 1.0f);
+  CHECK(std::isinf(float(h[1])));
+  CHECK(float(h[2]) == 0.0f);
+  CHECK(float(h[3]) == 0x1p-23f);
+  Eigen::bfloat16 bf[17];
+  std::vector<float> bs(17, 1.0f + 3 * 0x1p-8f);
+  bs[3] = -std::numeric_limits<float>::quiet_NaN();
+  bs[16] = std::numeric_limits<float>::quiet_NaN();
+  peal::detail::float_to_bfloat16(bs.data(), bf, 17);
+  CHECK(float(bf[0]) == 1.0f + 4 * 0x1p-8f);
+  CHECK(half_bits(bf[3]) == 0xffc0);
+  CHECK(half_bits(bf[16]) == 0x7fc0);
 }

@@ -34,13 +34,13 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "../../view.hpp"
 #include "../eigen_gemm.hpp"
+#include "../half_rows.hpp"
 #include "../storage.hpp"
 #include "arena.hpp"
 #include "tile_sink.hpp"
@@ -60,6 +60,11 @@ struct SoftmaxOptions {
 
 template <class C, class Tv, class To>
 class AttentionSink : public InPlaceSink<C> {
+  using TV = std::remove_cv_t<Tv>;
+  // What a staged V tile holds (key_block): half-like values converted to C as they are
+  // staged, so that the products read them in place.
+  using VS = std::conditional_t<is_half_like<TV>, C, TV>;
+
  public:
   static constexpr bool splits_keys = true;
   static constexpr bool applies_masks = true;
@@ -76,7 +81,7 @@ class AttentionSink : public InPlaceSink<C> {
     Index I0 = 0, kh = 0;
     const C* vrows = nullptr;  // V of the current key tile: vtile, vstage or the view itself
     Index ldv = 0;
-    Buf<std::remove_cv_t<Tv>> vstage;  // every head's V rows of a key tile (key_block)
+    Buf<VS> vstage;     // every head's V rows of a key tile (key_block)
     Index staged = -1;                  // the key tile in vstage, or −1
     int vfinite = -1;                   // V of the current key tile all finite: 1, 0, or −1 unknown
     template <class Run>
@@ -91,7 +96,7 @@ class AttentionSink : public InPlaceSink<C> {
       m = a.take<double>(rows);
       l = a.take<double>(rows);
       bias = a.take<double>(TKm);
-      vstage = a.take<std::remove_cv_t<Tv>>(r.sink().stages(r) ? TKm * r.key_heads() * dv : 0);
+      vstage = a.take<VS>(r.sink().stages(r) ? TKm * r.key_heads() * dv : 0);
       blockA = a.take<C>(kc * mc);
       blockB = a.take<C>(kc * nc);
       blocking = eigen_gemm::GemmBlocking<C>(mc, nc, kc, blockA.data(), blockB.data());
@@ -125,15 +130,14 @@ class AttentionSink : public InPlaceSink<C> {
   }
 
   /// Decoding with packed heads (TileRun::head_slots() > 1): V rows of every head of key tile
-  /// J, one contiguous copy per token (the reason is at TileRun's across_).
+  /// J, one contiguous copy per token (the reason is at TileRun's across_), half-like values
+  /// converted to C on the way (detail/half_rows.hpp).
   template <class Run>
   void key_block(const Run& r, Work& w, Index J) const {
     if (!stages(r)) return;
     const auto& kp = r.key_plan();
     const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J), row = r.key_heads() * dv_;
-    for (Index j = 0; j < n; ++j)
-      std::memcpy(w.vstage.data() + j * row, v_.vector(j0 + j, 0),
-                  sizeof(std::remove_cv_t<Tv>) * std::size_t(row));
+    for (Index j = 0; j < n; ++j) load_row(v_.vector(j0 + j, 0), w.vstage.data() + j * row, row);
     w.staged = J;
   }
 
@@ -142,14 +146,12 @@ class AttentionSink : public InPlaceSink<C> {
   void key_tile(const Run& r, Work& w, Index kh, Index J) const {
     if (dv_ == 0) return;
     const auto& kp = r.key_plan();
-    Index j0 = kp.begin[std::size_t(J)];
-    const Index n = kp.rows(J);
-    using TV = std::remove_cv_t<Tv>;
-    const TensorView<const TV> v = w.staged == J
-                                       ? TensorView<const TV>(w.vstage.data(), n, r.key_heads(), dv_)
-                                       : TensorView<const TV>(v_);
-    if (w.staged == J) j0 = 0;
-    value_rows(v, j0, n, kh, w.vtile.data(), w.vrows, w.ldv);
+    const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
+    if (w.staged == J)
+      value_rows(TensorView<const VS>(w.vstage.data(), n, r.key_heads(), dv_), 0, n, kh,
+                 w.vtile.data(), w.vrows, w.ldv);
+    else
+      value_rows(TensorView<const TV>(v_), j0, n, kh, w.vtile.data(), w.vrows, w.ldv);
     w.vfinite = -1;
   }
 
@@ -388,6 +390,18 @@ class AttentionSink : public InPlaceSink<C> {
     if (dv_ == 0) return;  // (an empty out may have no memory at all)
     const Index es = out_.strides().elem;
     To* dst = out_.vector(i, h);
+    if constexpr (is_half_like<std::remove_cv_t<To>> && std::is_same<C, float>::value) {
+      if (es == 1) {  // rounded to half-like storage in bulk (detail/half_rows.hpp)
+        constexpr Index kChunk = 64;
+        C buf[kChunk];
+        for (Index e0 = 0; e0 < dv_; e0 += kChunk) {
+          const Index m = std::min(kChunk, dv_ - e0);
+          for (Index e = 0; e < m; ++e) buf[e] = C(double(o[e0 + e]) * scale);
+          store_row(buf, dst + e0, m);
+        }
+        return;
+      }
+    }
     for (Index e = 0; e < dv_; ++e) dst[e * es] = from_arith<To>(C(double(o[e]) * scale));
   }
 

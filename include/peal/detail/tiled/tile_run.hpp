@@ -33,6 +33,7 @@
 #include "../coders/coders.hpp"
 #include "../compiler.hpp"
 #include "../eigen_gemm.hpp"
+#include "../half_rows.hpp"
 #include "../storage.hpp"
 #include "arena.hpp"
 #include "tile_epilogue.hpp"
@@ -54,6 +55,7 @@ using namespace coders;
 
 using detail::arith_t;
 using detail::is_storage;
+using detail::load_row;
 using detail::to_arith;
 
 // The coders (coder_t<C, E>, scores_split<C, E>): detail/coders/coders.hpp.
@@ -71,6 +73,9 @@ class TileRun {
   using PE = typename scores_split<C, E>::poly;  // the polynomial parts, per pair
   using TQ = std::remove_cv_t<Tq>;
   using TK = std::remove_cv_t<Tk>;
+  // What a staged key tile holds (RunPlan::stage): half-like keys are converted to the
+  // arithmetic type as they are staged, so that the staged rows are read like float keys.
+  using KS = std::conditional_t<is_half_like<TK>, C, TK>;
 
  public:
   TileRun(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
@@ -108,7 +113,7 @@ class TileRun {
     // Per-pair decays go through the tile buffer: the epilogue scales every score anyway.
     out_rm_ = !epi_.pair_decay() && sink.template direct_row_major<C>(nk_);
     out_cm_ = !epi_.pair_decay() && !out_rm_ && sink.template direct_col_major<C>();
-    direct_keys_ = std::is_same<TK, C>::value && qp().max_rows * G_ <= eigen_gemm::kSmallRows;
+    direct_keys_ = qp().max_rows * G_ <= eigen_gemm::kSmallRows;
     // One GEMM for all heads of a group: only where nothing differs between them (a pure
     // rotation or identity, no per-head decay, ALiBi or polynomial part) and the sink takes
     // its tiles in place (attention: decoding has one query row per head).
@@ -198,7 +203,7 @@ class TileRun {
       for (int pass = 0; pass < 2; ++pass) {  // pass 0 sizes, pass 1 carves
         a.begin(pass);
         qcache = a.take<C>(brows * G * d * r.head_slots());
-        kstage = a.take<TK>(r.plan_.stage ? TKm * r.Hk_ * d : 0);
+        kstage = a.take<KS>(r.plan_.stage ? TKm * r.Hk_ * d : 0);
         qscale = a.take<double>(r.epi_.has_decay() ? brows * G : 0);
         rel = a.take<double>(rel_rows(std::max(TQm, TKm)) * r.rel_);
         qtile = a.take<C>(TQm * d);
@@ -231,7 +236,7 @@ class TileRun {
     }
     using Blocking = eigen_gemm::GemmBlocking<C>;
     Blocking blocking;
-    Buf<TK> kstage;  // the key rows of every head of a key tile (RunPlan::stage)
+    Buf<KS> kstage;  // the key rows of every head of a key tile (RunPlan::stage)
     Buf<C> qcache, qtile, qcoef, kcoef, ktile, kdecay, tile, scratch, blockA, blockB, xcoef;
     Buf<C> psoa, pbeta, ptau;
     Buf<double> qscale, rel, kscale, pfac, delta, cross, ppos, pw;
@@ -269,8 +274,7 @@ class TileRun {
         }
       } else {
         if (es == 1)
-          Eigen::Map<Vector<C>>(o, d_) =
-              Eigen::Map<const Eigen::Matrix<TS, Eigen::Dynamic, 1>>(src, d_).template cast<C>();
+          load_row(src, o, d_);  // half-like rows: detail/half_rows.hpp
         else
           for (Index e = 0; e < d_; ++e) o[e] = to_arith<C>(src[e * es]);
         if (coef) coder_.apply(coef + r * coef_, o, o, transpose, scratch);
@@ -499,12 +503,12 @@ class TileRun {
         for (Index kh = kh0; kh < kh1; ++kh) key_pass(ws, k_, kp().begin[std::size_t(J)], kh, I0, I1, J);
         continue;
       }
-      // Every head's rows of the tile, one contiguous copy per token (RunPlan::across, detail/tiled/tile_plan.hpp).
+      // Every head's rows of the tile, one contiguous copy per token (RunPlan::across,
+      // detail/tiled/tile_plan.hpp); half-like keys converted to C on the way (load_row).
       const Index jb = kp().begin[std::size_t(J)], nkj = kp().rows(J), row = Hk_ * d_;
-      using TKV = std::remove_cv_t<Tk>;
       for (Index r = 0; r < nkj; ++r)
-        std::memcpy(ws.kstage.data() + r * row, k_.vector(jb + r, 0), sizeof(TKV) * std::size_t(row));
-      const TensorView<Tk> staged(ws.kstage.data(), nkj, Hk_, d_);
+        load_row(k_.vector(jb + r, 0), ws.kstage.data() + r * row, row);
+      const TensorView<const KS> staged(ws.kstage.data(), nkj, Hk_, d_);
       sink_->key_block(*this, ws.sink, J);
       for (Index kh = kh0; kh < kh1; ++kh) key_pass(ws, staged, 0, kh, I0, I1, J);
     }
@@ -513,7 +517,8 @@ class TileRun {
 
   // Key tile J of key head kh against the query tiles [I0, I1) of the unit: its rows are rows
   // [kb, kb + rows(J)) of kv (k itself, or the staged copy of the tile).
-  void key_pass(Workspace& ws, const TensorView<Tk>& kv, Index kb, Index kh, Index I0, Index I1,
+  template <class T>
+  void key_pass(Workspace& ws, const TensorView<T>& kv, Index kb, Index kh, Index I0, Index I1,
                 Index J) const {
     bool any = false;
     for (Index I = I0; I < I1; ++I) any |= tile_mask(I, J) != TileMask::all;
@@ -539,7 +544,8 @@ class TileRun {
   };
   // Key coefficients A(S_J − s_j) (times the constant A(−S_J) when pure: anchor 0) applied to
   // key tile J of head kh, scaled by the decay γ^(S_J − s_j) of the group when `fold`.
-  KeyRows encode_key_tile(Workspace& ws, const TensorView<Tk>& kv, Index kb, Index kh, Index J,
+  template <class T>
+  KeyRows encode_key_tile(Workspace& ws, const TensorView<T>& kv, Index kb, Index kh, Index J,
                           bool fold) const {
     const Index jb = kp().begin[std::size_t(J)], nkj = kp().rows(J);
     const double S = kp().anchor[std::size_t(J)];
@@ -563,9 +569,10 @@ class TileRun {
     if (fold) key_scale(ws, kh * G_, J);
     // An identity (keys already encoded) against a few query rows: the product reads the
     // key rows where they lie (each once, gemm_abt's small path); else they are encoded.
-    if (identity_ && !fold && direct_keys_ && kv.strides().elem == 1 &&
-        (nkj <= 1 || kv.strides().token >= d_))
-      return {reinterpret_cast<const C*>(kv.vector(kb, kh)), nkj > 1 ? kv.strides().token : d_};
+    if constexpr (std::is_same<std::remove_cv_t<T>, C>::value)
+      if (identity_ && !fold && direct_keys_ && kv.strides().elem == 1 &&
+          (nkj <= 1 || kv.strides().token >= d_))
+        return {kv.vector(kb, kh), nkj > 1 ? kv.strides().token : d_};
     encode_rows(kv, kb, nkj, kh, kcoef, kcoefx, false, fold ? ws.kscale.data() : nullptr,
                 ws.ktile.data(), ws.scratch.data());
     return {ws.ktile.data(), d_};
@@ -726,7 +733,7 @@ class TileRun {
   int rel_ = 0, coef_ = 0;
   Buf<C> qcoef_shared_, kcoef_shared_;
   bool out_rm_ = false, out_cm_ = false;
-  bool direct_keys_ = false;  // identity keys in C, a few query rows: read in place
+  bool direct_keys_ = false;  // a few query rows: identity keys in C are read in place
   bool grouped_ = false;
 };
 

@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "../../view.hpp"
+#include "../half_rows.hpp"
 #include "../storage.hpp"
 #include "arena.hpp"
 
@@ -86,8 +87,7 @@ void value_rows(const TensorView<TV>& v, Index j0, Index n, Index h, C* buf, con
     const T* src = v.vector(j0 + j, h);
     C* dst = buf + j * dv;
     if (es == 1)
-      Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, 1>>(dst, dv) =
-          Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(src, dv).template cast<C>();
+      load_row(src, dst, dv);  // half-like rows: detail/half_rows.hpp
     else
       for (Index e = 0; e < dv; ++e) dst[e] = to_arith<C>(src[e * es]);
   }
