@@ -49,6 +49,9 @@
 #include "parameters.hpp"
 #include "scores_backward.hpp"
 #include "scores_nd_backward.hpp"
+// Any generator X in: its real canonical form as blocks in a basis change
+// (docs/canonical-form.md).
+#include "canonical_form.hpp"
 // Last: with PEAL_COMPILED (a TU linking peal::compiled) the preset kernels are declared
 // extern here and come from the library (docs/build-cost.md); otherwise this adds nothing.
 #include "compiled.hpp"

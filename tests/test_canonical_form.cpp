@@ -1,0 +1,415 @@
+// canonical_form (include/peal/canonical_form.hpp, docs/canonical-form.md): constructed
+// generators X = P J P⁻¹ with every block type and a random P of κ₂ = 10, a random
+// skew-symmetric X, nearly defective and bad input. References: the known J (its blocks and
+// parameters) and Eigen's MatrixExponential of τX in long double; the kernels against the
+// dense per-pair qᵀ exp((t − s)X) k.
+//
+// Bounds (CanonicalTol below; u = ε_S / 2 of the input's scalar type, κ = κ₂(P) of the
+// constructed basis, n the size, ν = ‖X‖_F):
+//   X itself is the rounding of P J P⁻¹ to S: a backward error ‖E‖ ≤ n u κ ν (each entry a
+//   sum of n products of entries of size κ ν / n, rounded once). An eigenvalue of a
+//   diagonalisable X moves by at most κ ‖E‖ (Bauer–Fike), and the mean of a cluster (the trace
+//   of its block, which is what canonical_form reports for a chain) by as much per eigenvalue:
+//     parameter(S)  = 16 n κ² u ν     (factor 16: the long double reduction and the
+//                                      rounding of J's parameters to S, with slack);
+//   A(τ) is compared with Eigen's exp(τX) of the rounded X itself, so X's rounding does not
+//   enter: what remains is the encoding's own evaluation, P̂ A_Ĵ(τ) P̂⁻¹ in S with P̂, P̂⁻¹ and
+//   Ĵ's parameters rounded to S. With Σ(τ) = ‖ |P̂| |A_Ĵ(τ)| |P̂⁻¹| ‖_F (the size of the terms
+//   of that product, from the returned encoding), the two n-term products cost n u Σ
+//   (Higham, Thm 3.5), and a parameter rounded to S (relative u, |θ| ≤ ν) moves A_Ĵ(τ) by
+//   ≤ |τ| u ν |A_Ĵ(τ)| to first order, which the long double reduction's backward error
+//   (residual ~ u_long ν) does not exceed; factor 8 of slack (P̂⁻¹ from LU, n u κ):
+//     expm(S, τ)    = 8 u (n + |τ| ν) Σ(τ)              in the Frobenius norm,
+//   and a score of unit-size rows through the kernels adds the fused product's 2 (n + 16) u
+//   (Tol::fused_score) relative to the same terms: 8 u (2 n + 16 + |τ| ν) ‖q‖ Σ(τ) ‖k‖.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <random>
+#include <unsupported/Eigen/MatrixFunctions>
+#include <vector>
+
+#include <peal/canonical_form.hpp>
+#include <peal/encode.hpp>
+#include <peal/scores.hpp>
+
+#include "tolerances.hpp"
+
+namespace {
+
+using peal::CanonicalBlock;
+using Kind = CanonicalBlock::Kind;
+using MatL = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
+using Catch::Matchers::Contains;
+
+template <class S>
+struct CanonicalTol {
+  static constexpr long double u = peal_test::Tol<S>::eps / 2;
+  static long double parameter(int n, long double kappa, long double nu) {
+    return 16.0L * n * kappa * kappa * u * nu;
+  }
+  static long double expm(int n, long double nu, long double tau, long double Sigma) {
+    return 8.0L * u * (n + std::abs(tau) * nu) * Sigma;
+  }
+  static long double score(int n, long double nu, long double tau, long double Sigma) {
+    return 8.0L * u * (2 * n + 16 + std::abs(tau) * nu) * Sigma;
+  }
+};
+
+/// One block of a constructed J (the expected canonical form).
+struct Want {
+  Kind kind;
+  int length;
+  long double lambda, omega, a;
+  int size() const {
+    return (kind == Kind::Rotation || kind == Kind::RotationJordan) ? 2 * length : length;
+  }
+};
+
+/// J in long double from the wanted blocks (the generator table of docs/design.md §1).
+MatL make_J(const std::vector<Want>& ws) {
+  int n = 0;
+  for (const auto& w : ws) n += w.size();
+  MatL J = MatL::Zero(n, n);
+  int o = 0;
+  for (const auto& w : ws) {
+    const bool rot = w.kind == Kind::Rotation || w.kind == Kind::RotationJordan;
+    for (int b = 0; b < w.length; ++b) {
+      if (rot) {
+        const int c = o + 2 * b;
+        J(c, c) = J(c + 1, c + 1) = w.a;
+        J(c, c + 1) = w.omega, J(c + 1, c) = -w.omega;
+        if (b > 0) J(c - 2, c) = J(c - 1, c + 1) = 1;
+      } else {
+        J(o + b, o + b) = w.lambda;
+        if (b > 0) J(o + b - 1, o + b) = 1;
+      }
+    }
+    o += w.size();
+  }
+  return J;
+}
+
+/// A random orthogonal n × n matrix (Gram–Schmidt of a Gaussian matrix).
+MatL random_orthogonal(int n, std::mt19937& rng) {
+  std::normal_distribution<double> g;
+  MatL A(n, n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) A(i, j) = g(rng);
+  using C = std::complex<long double>;  // the instantiation canonical_form compiles anyway
+  return peal::detail::canonical::orthonormalise<C>(A.cast<C>()).real();
+}
+
+/// P = U Σ Vᵀ with σ log-spaced in [1, kappa]: κ₂(P) = kappa exactly, P⁻¹ = V Σ⁻¹ Uᵀ.
+struct Basis {
+  MatL P, Pinv;
+};
+Basis random_basis(int n, long double kappa, std::mt19937& rng) {
+  const MatL U = random_orthogonal(n, rng), V = random_orthogonal(n, rng);
+  Eigen::Matrix<long double, Eigen::Dynamic, 1> s(n);
+  for (int i = 0; i < n; ++i) s(i) = std::pow(kappa, n > 1 ? (long double)i / (n - 1) : 0.0L);
+  return {U * s.asDiagonal() * V.transpose(),
+          V * s.cwiseInverse().asDiagonal() * U.transpose()};
+}
+
+int kind_order(Kind k) {
+  switch (k) {
+    case Kind::Real: return 0;
+    case Kind::Rotation: return 1;
+    case Kind::Jordan: return 2;
+    case Kind::RotationJordan: return 3;
+    default: return 4;
+  }
+}
+/// The fixed order of CanonicalEncoding's parts, then by parameters.
+bool before(const Want& x, const Want& y) {
+  if (kind_order(x.kind) != kind_order(y.kind)) return kind_order(x.kind) < kind_order(y.kind);
+  if (x.length != y.length) return x.length < y.length;
+  if (x.lambda != y.lambda) return x.lambda < y.lambda;
+  if (x.omega != y.omega) return x.omega < y.omega;
+  return x.a < y.a;
+}
+
+/// The blocks found equal the wanted ones: kinds, lengths, positions, parameters within tol.
+template <class S>
+void check_blocks(const peal::CanonicalReport& rep, std::vector<Want> want, long double tol) {
+  std::sort(want.begin(), want.end(), before);
+  std::vector<Want> got;
+  for (const auto& b : rep.blocks) got.push_back({b.kind, b.length, b.lambda, b.omega, b.a});
+  REQUIRE(got.size() == want.size());
+  // the kernel order is fixed by kind and length; within those, match by parameters
+  std::vector<Want> gs = got;
+  std::sort(gs.begin(), gs.end(), before);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("block " << i << ": kind " << int(want[i].kind) << " length " << want[i].length);
+    CHECK(gs[i].kind == want[i].kind);
+    CHECK(gs[i].length == want[i].length);
+    CHECK(std::abs(gs[i].lambda - want[i].lambda) <= tol);
+    CHECK(std::abs(gs[i].omega - want[i].omega) <= tol);
+    CHECK(std::abs(gs[i].a - want[i].a) <= tol);
+  }
+  for (std::size_t i = 1; i < got.size(); ++i)  // blocks come in the fixed order
+    CHECK(std::make_pair(kind_order(got[i - 1].kind), got[i - 1].length) <=
+          std::make_pair(kind_order(got[i].kind), got[i].length));
+  int first = 0;
+  for (const auto& b : rep.blocks) {
+    CHECK(b.first == first);
+    first += b.size;
+  }
+}
+
+/// A(τ) of the canonical encoding against Eigen's exp(τX) (long double), Frobenius norm.
+template <class E>
+long double expm_error(const E& enc, const MatL& Xl, long double tau) {
+  const MatL ref = (MatL(Xl * tau)).exp();
+  const MatL got = enc.A(typename E::Real(tau)).template cast<long double>();
+  return (got - ref).norm();
+}
+
+/// Σ(τ) = ‖ |P̂| |A_Ĵ(τ)| |P̂⁻¹| ‖_F of a returned encoding (the bound's scale, above).
+template <class E>
+long double terms(const E& enc, long double tau) {
+  const MatL P = enc.P().template cast<long double>().cwiseAbs();
+  const MatL Pi = enc.P_inverse().template cast<long double>().cwiseAbs();
+  const MatL A = enc.inner().A(typename E::Real(tau)).template cast<long double>().cwiseAbs();
+  return (P * A * Pi).norm();
+}
+
+const std::vector<Want> every_block = {
+    {Kind::Real, 1, -0.5L, 0, 0},          {Kind::Real, 1, -0.5L, 0, 0},  // repeated, separate
+    {Kind::Real, 1, 0.3L, 0, 0},           {Kind::Real, 1, -0.2L, 0, 0},  // beside J2(-0.2)
+    {Kind::PassThrough, 1, 0, 0, 0},                                       // beside J3(0)
+    {Kind::Rotation, 1, 0, 1.3L, 0},       {Kind::Rotation, 1, 0, 0.7L, -0.05L},
+    {Kind::Jordan, 2, -0.2L, 0, 0},        {Kind::Jordan, 3, 0, 0, 0},
+    {Kind::Jordan, 4, 0.1L, 0, 0},         {Kind::RotationJordan, 2, 0, 0.9L, -0.1L}};
+
+TEST_CASE("canonical_form: every block type through a random basis of condition 10",
+          "[canonical]") {
+  std::mt19937 rng(23);
+  const MatL J = make_J(every_block);
+  const int n = int(J.rows());
+  const long double kappa = 10;
+  const Basis B = random_basis(n, kappa, rng);
+  const Eigen::MatrixXd X = (B.P * J * B.Pinv).cast<double>();
+  const MatL Xl = X.cast<long double>();
+  const long double nu = Xl.norm();
+  const auto cf = peal::canonical_form(X);
+  INFO(cf.summary());
+  check_blocks<double>(cf.report, every_block, CanonicalTol<double>::parameter(n, kappa, nu));
+  CHECK(cf.encoding.dim() == n);
+  CHECK(cf.report.residual <= 16 * n * kappa * CanonicalTol<double>::u);
+  CHECK(cf.report.kappa < 2 * kappa);  // the blocks, not an ill-conditioned splitting
+  CHECK_THAT(cf.report.classification, Contains("polynomial growth of degree 3"));
+  CHECK_THAT(cf.report.classification, Contains("a Jordan chain of length 4"));
+  REQUIRE_FALSE(cf.report.warnings.empty());  // growth: λ = 0.3, 0.1
+  CHECK_THAT(cf.report.warnings[0], Contains("growth"));
+  for (long double tau : {-3.0L, 0.5L, 7.0L}) {
+    INFO("tau = " << double(tau));
+    CHECK(expm_error(cf.encoding, Xl, tau) <=
+          CanonicalTol<double>::expm(n, nu, tau, terms(cf.encoding, tau)));
+  }
+}
+
+TEST_CASE("canonical_form: float input", "[canonical]") {
+  std::mt19937 rng(5);
+  const std::vector<Want> ws = {{Kind::Real, 1, -0.4L, 0, 0},
+                                {Kind::Rotation, 1, 0, 1.1L, -0.02L},
+                                {Kind::Jordan, 2, 0, 0, 0}};
+  const MatL J = make_J(ws);
+  const int n = int(J.rows());
+  const Basis B = random_basis(n, 10, rng);
+  const Eigen::MatrixXf X = (B.P * J * B.Pinv).cast<float>();
+  const MatL Xl = X.cast<long double>();
+  const auto cf = peal::canonical_form(X);
+  INFO(cf.summary());
+  check_blocks<float>(cf.report, ws, CanonicalTol<float>::parameter(n, 10, Xl.norm()));
+  // The encoding's X = P J P⁻¹ (evaluated in float) against the input; A(τ) of the same
+  // blocks is checked in double above (the closed forms per type: test_properties_*.cpp).
+  CHECK((cf.encoding.generator().template cast<long double>() - Xl).norm() <=
+        CanonicalTol<float>::parameter(n, 10, Xl.norm()));
+}
+
+TEST_CASE("canonical_form: a skew-symmetric generator gives pure rotations, orthogonal P",
+          "[canonical]") {
+  std::mt19937 rng(64);
+  std::normal_distribution<double> g;
+  const int n = 64;
+  Eigen::MatrixXd A(n, n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) A(i, j) = g(rng) / std::sqrt(double(n));
+  const Eigen::MatrixXd X = A - A.transpose();
+  const MatL Xl = X.cast<long double>();
+  const long double nu = Xl.norm();
+  const auto cf = peal::canonical_form(X);
+  INFO(cf.summary());
+  CHECK(cf.report.skew_symmetric);
+  CHECK(cf.report.warnings.empty());
+  int rotations = 0;
+  for (const auto& b : cf.report.blocks) {
+    CHECK(b.kind == Kind::Rotation);
+    CHECK(b.a == 0);
+    CHECK(b.omega > 0);
+    rotations += b.kind == Kind::Rotation;
+  }
+  CHECK(rotations == n / 2);
+  const Eigen::MatrixXd& P = cf.encoding.P();
+  CHECK((P.transpose() * P - Eigen::MatrixXd::Identity(n, n)).cwiseAbs().maxCoeff() <= 1e-13);
+  CHECK(cf.report.kappa <= 1 + 1e-13);
+  CHECK(cf.report.residual <= 16 * n * CanonicalTol<double>::u);
+  // F(t) = G(t) for a pure rotation in an orthogonal basis: norms are kept.
+  CHECK((cf.encoding.F(3.5) - cf.encoding.G(3.5)).cwiseAbs().maxCoeff() <= 1e-12);
+  for (long double tau : {-3.0L, 0.5L, 7.0L, 1e4L}) {
+    INFO("tau = " << double(tau));
+    CHECK(expm_error(cf.encoding, Xl, tau) <=
+          CanonicalTol<double>::expm(n, nu, tau, terms(cf.encoding, tau)));
+  }
+}
+
+TEST_CASE("canonical_form: the encoding runs through encode and scores", "[canonical]") {
+  std::mt19937 rng(7);
+  const std::vector<Want> ws = {{Kind::Real, 1, -0.3L, 0, 0},
+                                {Kind::Rotation, 1, 0, 0.8L, 0},
+                                {Kind::Rotation, 1, 0, 0.25L, -0.05L},
+                                {Kind::Jordan, 2, 0, 0, 0},
+                                {Kind::RotationJordan, 2, 0, 0.5L, -0.1L},
+                                {Kind::PassThrough, 1, 0, 0, 0}};
+  const MatL J = make_J(ws);
+  const int d = int(J.rows()), nq = 5, nk = 6, H = 2;
+  const long double kappa = 10;
+  const Basis B = random_basis(d, kappa, rng);
+  const Eigen::MatrixXd X = (B.P * J * B.Pinv).cast<double>();
+  const MatL Xl = X.cast<long double>();
+  const auto cf = peal::canonical_form(X);
+  INFO(cf.summary());
+  check_blocks<double>(cf.report, ws, CanonicalTol<double>::parameter(d, kappa, Xl.norm()));
+
+  std::uniform_real_distribution<double> U(-1, 1);
+  std::vector<double> q(std::size_t(nq * H * d)), k(std::size_t(nk * H * d));
+  for (auto& x : q) x = U(rng);
+  for (auto& x : k) x = U(rng);
+  std::vector<double> tq = {0, 1.5, 3, 4, 9}, tk = {-2, 0, 1, 2.5, 6, 8};
+  // reference: q_iᵀ exp((t − s)X) k_j in long double
+  auto ref = [&](int h, int i, int j, long double& scale) {
+    const MatL A = MatL(Xl * ((long double)tq[std::size_t(i)] - tk[std::size_t(j)])).exp();
+    Eigen::Matrix<long double, Eigen::Dynamic, 1> qv(d), kv(d);
+    for (int c = 0; c < d; ++c) {
+      qv(c) = q[std::size_t((i * H + h) * d + c)];
+      kv(c) = k[std::size_t((j * H + h) * d + c)];
+    }
+    scale = qv.norm() * kv.norm();
+    return qv.dot(A * kv);
+  };
+  const long double nu = Xl.norm();
+  auto bound = [&](int i, int j, long double scale) {
+    const long double tau = tq[std::size_t(i)] - tk[std::size_t(j)];
+    return CanonicalTol<double>::score(d, nu, tau, terms(cf.encoding, tau)) * scale;
+  };
+  SECTION("encode_queries and encode_keys, then the dot product") {
+    std::vector<double> qe = q, ke = k;
+    peal::encode_queries(cf.encoding, peal::make_view(qe.data(), nq, H, d), peal::Positions(tq));
+    peal::encode_keys(cf.encoding, peal::make_view(ke.data(), nk, H, d), peal::Positions(tk));
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < nq; ++i)
+        for (int j = 0; j < nk; ++j) {
+          long double scale;
+          const long double r = ref(h, i, j, scale);
+          long double got = 0;
+          for (int c = 0; c < d; ++c)
+            got += (long double)qe[std::size_t((i * H + h) * d + c)] * ke[std::size_t((j * H + h) * d + c)];
+          INFO("h " << h << " i " << i << " j " << j);
+          CHECK(std::abs(got - r) <= bound(i, j, scale));
+        }
+  }
+  SECTION("scores") {
+    std::vector<double> out(std::size_t(H * nq * nk));
+    peal::scores(cf.encoding, peal::TensorView<const double>(q.data(), nq, H, d),
+                 peal::Positions(tq), peal::TensorView<const double>(k.data(), nk, H, d),
+                 peal::Positions(tk), peal::make_view(out.data(), H, nq, nk));
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < nq; ++i)
+        for (int j = 0; j < nk; ++j) {
+          long double scale;
+          const long double r = ref(h, i, j, scale);
+          INFO("h " << h << " i " << i << " j " << j);
+          CHECK(std::abs(out[std::size_t((h * nq + i) * nk + j)] - r) <= bound(i, j, scale));
+        }
+  }
+}
+
+TEST_CASE("canonical_form: nearly defective generators", "[canonical]") {
+  std::mt19937 rng(11);
+  const Basis B = random_basis(3, 10, rng);
+  auto X_of = [&](long double delta) {
+    MatL J = MatL::Zero(3, 3);
+    J(0, 0) = -0.5L, J(0, 1) = 1, J(1, 1) = -0.5L + delta, J(2, 2) = 0.2L;
+    return Eigen::MatrixXd((B.P * J * B.Pinv).cast<double>());
+  };
+  SECTION("eigenvalues 1e-9 apart: one well-conditioned chain, decided by the cluster tolerance") {
+    const auto cf = peal::canonical_form(X_of(1e-9L));
+    INFO(cf.summary());
+    REQUIRE(cf.report.blocks.size() == 2);
+    CHECK(cf.report.blocks[0].kind == Kind::Real);
+    CHECK(cf.report.blocks[1].kind == Kind::Jordan);
+    CHECK(cf.report.blocks[1].length == 2);
+    CHECK(std::abs(cf.report.blocks[1].lambda - (-0.5L + 0.5e-9L)) <= 1e-12);
+    CHECK(cf.report.kappa < 1e3);
+    CHECK(cf.report.residual < 1e-8);  // the chain is X + O(δ)
+    bool said = false;
+    for (const auto& s : cf.report.decisions) said = said || s.find("cluster tolerance") != std::string::npos;
+    CHECK(said);
+  }
+  SECTION("eigenvalues 0.3 apart: separate blocks, no merge") {
+    const auto cf = peal::canonical_form(X_of(0.3L));
+    INFO(cf.summary());
+    CHECK(cf.report.blocks.size() == 3);
+    for (const auto& b : cf.report.blocks) CHECK(b.kind == Kind::Real);
+    CHECK(cf.report.kappa < 1e3);
+    CHECK(cf.report.residual < 1e-14);
+  }
+  SECTION("a cluster tolerance too small to merge: separated, and the report warns") {
+    peal::CanonicalOptions o;
+    o.cluster = 1e-12;
+    const auto cf = peal::canonical_form(X_of(1e-7L), o);
+    INFO(cf.summary());
+    CHECK(cf.report.blocks.size() == 3);
+    CHECK(cf.report.kappa > 1e6);
+    bool coupled = false, ill = false;
+    for (const auto& s : cf.report.decisions)
+      coupled = coupled || s.find("strongly coupled") != std::string::npos;
+    for (const auto& s : cf.report.warnings) ill = ill || s.find("ill-conditioned") != std::string::npos;
+    CHECK(coupled);
+    CHECK(ill);
+  }
+}
+
+TEST_CASE("canonical_form: zero, 1x1 and bad input", "[canonical]") {
+  const auto z = peal::canonical_form(Eigen::MatrixXd::Zero(4, 4).eval());
+  CHECK(z.report.blocks.size() == 4);
+  for (const auto& b : z.report.blocks) CHECK(b.kind == Kind::PassThrough);
+  CHECK(z.encoding.A(5.0).isApprox(Eigen::MatrixXd::Identity(4, 4)));
+  const auto one = peal::canonical_form(Eigen::MatrixXd::Constant(1, 1, -2.0));
+  REQUIRE(one.report.blocks.size() == 1);
+  CHECK(one.report.blocks[0].kind == Kind::Real);
+  CHECK(one.report.blocks[0].lambda == -2.0L);
+  CHECK(std::abs(one.encoding.A(1.5)(0, 0) - std::exp(-3.0)) <= 4e-16);
+
+  CHECK_THROWS_AS(peal::canonical_form(Eigen::MatrixXd(2, 3)), peal::invalid_argument);
+  CHECK_THROWS_WITH(peal::canonical_form(Eigen::MatrixXd(0, 0)), Contains("d = 0"));
+  Eigen::MatrixXd bad = Eigen::MatrixXd::Identity(3, 3);
+  bad(1, 2) = std::nan("");
+  CHECK_THROWS_WITH(peal::canonical_form(bad), Contains("non-finite"));
+  bad(1, 2) = INFINITY;
+  CHECK_THROWS_AS(peal::canonical_form(bad), peal::invalid_argument);
+  peal::CanonicalOptions o;
+  o.rank = 0;
+  CHECK_THROWS_WITH(peal::canonical_form(Eigen::MatrixXd::Identity(2, 2).eval(), o),
+                    Contains("rank"));
+  MatL J5 = MatL::Zero(5, 5);
+  for (int i = 0; i < 4; ++i) J5(i, i + 1) = 1;
+  CHECK_THROWS_WITH(peal::canonical_form(Eigen::MatrixXd(J5.cast<double>())),
+                    Contains("length 5"));
+}
+
+}  // namespace
