@@ -114,7 +114,10 @@ ChainResult<K> jordan_chains(const Mat<K>& N, int m, W rank_abs) {
     S.leftCols(S0.cols()) = S0;
     for (std::size_t i = 0; i < level.size(); ++i) S.col(S0.cols() + Eigen::Index(i)) = level[i];
     const Mat<K> Sq = orthonormalise<K>(S);
-    const Mat<K> Wp = B - Sq.lazyProduct(Mat<K>(Sq.adjoint().lazyProduct(B)));
+    // B minus its part in span(S); no product when S is empty (a lazy product over an inner
+    // dimension of 0 offsets a null pointer: UBSan's report in the sanitizer build).
+    const Mat<K> Wp =
+        Sq.cols() == 0 ? B : Mat<K>(B - Sq.lazyProduct(Mat<K>(Sq.adjoint().lazyProduct(B))));
     Vec<W> s;
     Mat<K> Y;
     jacobi_svd(Wp, s, Y);
