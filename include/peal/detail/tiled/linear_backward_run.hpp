@@ -405,8 +405,9 @@ class ChunkBackward {
     w.dkhat.assign(std::size_t(n * d_), 0.0);
     w.dvc.assign(std::size_t(n * dv_), 0.0);
     w.dorows.resize(std::size_t(m * G_ * dv_));
-    for (Index gi = 0; gi < G_; ++gi)
-      gather(dout_, i0, m, h0 + gi, w.dorows.data() + gi * dv_, G_ * dv_);
+    if (m > 0)  // (no rows: no pointer arithmetic on the empty buffer's null data either)
+      for (Index gi = 0; gi < G_; ++gi)
+        gather(dout_, i0, m, h0 + gi, w.dorows.data() + gi * dv_, G_ * dv_);
     if (feeds) {
       load_keys(w, c);
       transport(w, c);
