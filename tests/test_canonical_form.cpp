@@ -212,6 +212,19 @@ TEST_CASE("canonical_form: every block type through a random basis of condition 
   }
 }
 
+TEST_CASE("canonical_form: the classification counts each block once", "[canonical]") {
+  // A damped rotation-Jordan chain is a chain, not one of the rotations; the damping range is
+  // that of the rotations (all damped here: its upper end is below 0, not 0).
+  const std::vector<Want> ws = {{Kind::Rotation, 1, 0, 1.0L, -0.02L},
+                                {Kind::Rotation, 1, 0, 2.0L, -0.05L},
+                                {Kind::RotationJordan, 2, 0, 3.0L, -0.1L}};
+  const Eigen::MatrixXd X = make_J(ws).cast<double>();
+  const auto cf = peal::canonical_form(X);
+  INFO(cf.summary());
+  CHECK_THAT(cf.report.classification, Contains("2 rotations (2 damped, a ∈ [-0.05, -0.02])"));
+  CHECK_THAT(cf.report.classification, Contains("a Jordan chain of length 2 at the pair -0.1 ± 3i"));
+}
+
 TEST_CASE("canonical_form: float input", "[canonical]") {
   std::mt19937 rng(5);
   const std::vector<Want> ws = {{Kind::Real, 1, -0.4L, 0, 0},

@@ -154,16 +154,14 @@ inline std::string plural(int n, const char* one, const char* many) {
 inline std::string classify(const std::vector<CanonicalBlock>& blocks) {
   using K = CanonicalBlock::Kind;
   int rot = 0, damped = 0, growing = 0, decays = 0, growths = 0, pass = 0;
-  long double amin = 0, amax = 0;
+  long double amin = 0, amax = 0;  // the rotations' a (chains are listed on their own)
   std::vector<std::string> parts, chains;
   int degree = 0;
   for (const auto& b : blocks) {
-    if (b.kind == K::Rotation || b.kind == K::RotationJordan) {
-      if (b.kind == K::Rotation) ++rot;
-      if (b.a != 0) {
-        (b.a < 0 ? damped : growing) += 1;
-        amin = std::min(amin, b.a), amax = std::max(amax, b.a);
-      }
+    if (b.kind == K::Rotation) {
+      amin = rot ? std::min(amin, b.a) : b.a, amax = rot ? std::max(amax, b.a) : b.a;
+      ++rot;
+      if (b.a != 0) (b.a < 0 ? damped : growing) += 1;
     }
     if (b.kind == K::Real) (b.lambda < 0 ? decays : growths) += 1;
     if (b.kind == K::PassThrough) ++pass;
@@ -209,22 +207,28 @@ namespace detail {
 namespace canonical {
 
 /// What canonical_form computes in long double, independent of the scalar type S (one
-/// instantiation for every S): the ordered blocks, P, the report, rcond₁(P).
+/// instantiation for every S): the ordered blocks, P and P⁻¹, the report, rcond₁(P), and for
+/// each block the index of the piece it came from (from_transition maps them back).
 struct Analysis {
   CanonicalReport report;
-  Mat<W> P;
+  Mat<W> P, Pinv, J;  // X = P J P⁻¹, J block diagonal in the order of the blocks
   W rcond = 0;
+  std::vector<int> piece;
 };
 
+/// The pieces of a reduction as CanonicalEncoding's blocks: P, J, the report. The residual is
+/// measured against *Xw when given (canonical_form); from_transition passes none and measures
+/// its own. `who` names the caller in the refusals.
 template <class Rl>
-Analysis analyse(const Mat<Rl>& Xw, const Tolerances& tol, Rl u, Rl kappa_warn) {
-  const int d = int(Xw.rows());
-  Reduction red = reduce<Rl>(Xw, tol);
+Analysis assemble(Reduction red, const Mat<Rl>* Xw, const Tolerances& tol, Rl u, Rl kappa_warn,
+                  const char* who) {
   using PK = PieceKind;
+  int d = 0;
+  for (const auto& p : red.pieces) d += int(p.cols.cols());
   for (const auto& p : red.pieces)
     if (p.length > canonical_max_chain) {
       std::ostringstream os;
-      os << "canonical_form: X has a Jordan chain of length " << p.length
+      os << who << ": X has a Jordan chain of length " << p.length
          << (p.kind == PK::RotationJordan ? " (of a complex pair)" : "")
          << ", longer than the longest supported (" << canonical_max_chain
          << "); a runtime-size block is not yet available (docs/canonical-form.md §6)";
@@ -243,11 +247,14 @@ Analysis analyse(const Mat<Rl>& Xw, const Tolerances& tol, Rl u, Rl kappa_warn) 
   Analysis an;
   CanonicalReport& rep = an.report;
   an.P.resize(d, d);
-  Mat<Rl> J = Mat<Rl>::Zero(d, d);
+  an.J = Mat<Rl>::Zero(d, d);
+  Mat<Rl>& J = an.J;
   int col = 0;
   for (int s = 0; s < 9; ++s)
-    for (const Piece& p : red.pieces) {
+    for (std::size_t ip = 0; ip < red.pieces.size(); ++ip) {
+      const Piece& p = red.pieces[ip];
       if (slot(p) != s) continue;
+      an.piece.push_back(int(ip));
       const int size = int(p.cols.cols());
       an.P.middleCols(col, size) = p.cols;
       const bool rot = p.kind == PK::Rotation || p.kind == PK::RotationJordan;
@@ -266,7 +273,7 @@ Analysis analyse(const Mat<Rl>& Xw, const Tolerances& tol, Rl u, Rl kappa_warn) 
                             p.omega, p.a, col, size});
       col += size;
     }
-  const Mat<Rl> Pinv = lu_inverse<Rl>(an.P, an.rcond);
+  an.Pinv = lu_inverse<Rl>(an.P, an.rcond);
   rep.norm = red.norm;
   {  // κ₂(P) = σ_max / σ_min (one-sided Jacobi, detail/canonical/small_linear.hpp)
     Vec<Rl> sv;
@@ -274,8 +281,10 @@ Analysis analyse(const Mat<Rl>& Xw, const Tolerances& tol, Rl u, Rl kappa_warn) 
     jacobi_svd<std::complex<Rl>>(an.P.template cast<std::complex<Rl>>(), sv, Vs);
     rep.kappa = sv(d - 1) > 0 ? sv(0) / sv(d - 1) : std::numeric_limits<Rl>::infinity();
   }
-  const Mat<Rl> back = Mat<Rl>(an.P.lazyProduct(J)).lazyProduct(Pinv);
-  rep.residual = red.norm > 0 ? (back - Xw).norm() / red.norm : (back - Xw).norm();
+  if (Xw) {
+    const Mat<Rl> back = Mat<Rl>(an.P.lazyProduct(J)).lazyProduct(an.Pinv);
+    rep.residual = red.norm > 0 ? (back - *Xw).norm() / red.norm : (back - *Xw).norm();
+  }
   rep.skew_symmetric = red.skew;
   rep.skew_defect = red.skew_defect;
   rep.tolerances = {double(tol.cluster), double(tol.coupling), double(tol.rank),
@@ -296,13 +305,13 @@ Analysis analyse(const Mat<Rl>& Xw, const Tolerances& tol, Rl u, Rl kappa_warn) 
   if (rep.kappa > kappa_warn)
     rep.warnings.push_back("ill-conditioned basis: κ₂(P) = " + fmt(rep.kappa) + " > " +
                            fmt(kappa_warn) + "; scores lose about log10 κ digits");
-  if (rep.residual > std::sqrt(u))
+  if (Xw && rep.residual > std::sqrt(u))
     rep.warnings.push_back("residual ‖P J P⁻¹ − X‖/‖X‖ = " + fmt(rep.residual) +
                            ": the encoding is exp(τX') for a nearby X' (the tolerances above "
                            "decided it), not exp(τX) to rounding");
   if (!(an.rcond > Rl(d) * 2 * u)) {
     std::ostringstream os;
-    os << "canonical_form: the basis P of the canonical form has condition number "
+    os << who << ": the basis P of the canonical form has condition number "
        << double(rep.kappa) << ", too large to invert in this scalar type (1/κ₁ ≤ d ε); "
        << "raise the cluster or coupling tolerance to merge the coupled eigenvalues.\n"
        << rep.summary();
@@ -311,30 +320,14 @@ Analysis analyse(const Mat<Rl>& Xw, const Tolerances& tol, Rl u, Rl kappa_warn) 
   return an;
 }
 
-}  // namespace canonical
-}  // namespace detail
+template <class Rl>
+Analysis analyse(const Mat<Rl>& Xw, const Tolerances& tol, Rl u, Rl kappa_warn) {
+  return assemble<Rl>(reduce<Rl>(Xw, tol), &Xw, tol, u, kappa_warn, "canonical_form");
+}
 
-/// The canonical form of a real square generator X (float, double or long double entries;
-/// computed in long double). Throws peal::invalid_argument for an empty, non-square, too
-/// large (d > 1024) or non-finite X, a tolerance ≤ 0, a Jordan chain longer than
-/// canonical_max_chain, or a basis P too ill-conditioned to invert in S.
+/// The encoding of an analysis: the blocks' parameters rounded to S, P rounded to S.
 template <class S>
-CanonicalForm<S> canonical_form(const Matrix<S>& X, const CanonicalOptions& options = {}) {
-  using namespace detail::canonical;
-  static_assert(std::is_floating_point<S>::value, "peal::canonical_form: float, double or long double");
-  detail::require(X.rows() == X.cols(), "canonical_form: X must be square");
-  detail::require(X.rows() > 0, "canonical_form: X is empty (d = 0)");
-  detail::require(X.rows() <= 1024, "canonical_form: X is larger than 1024 x 1024 (the dense "
-                                    "long double reduction is O(d^3): minutes at 1024)");
-  detail::require(X.allFinite(), "canonical_form: X has non-finite entries");
-  const int d = int(X.rows());
-  const Tolerances tol = resolve<S>(options, d);
-  const W u = std::numeric_limits<S>::epsilon() / W(2);
-  if (options.kappa_warning && !(*options.kappa_warning > 0))
-    detail::fail("canonical_form: kappa_warning must be > 0");
-  const W kappa_warn = options.kappa_warning ? W(*options.kappa_warning) : 1 / std::sqrt(u);
-  Analysis an = analyse<W>(Mat<W>(X.template cast<W>()), tol, u, kappa_warn);
-
+CanonicalEncoding<S> make_encoding(const Analysis& an) {
   using K = CanonicalBlock::Kind;
   using R = real_t<S>;
   std::vector<RealBlock<S>> reals;
@@ -363,7 +356,34 @@ CanonicalForm<S> canonical_form(const Matrix<S>& X, const CanonicalOptions& opti
                            Bank<JordanBlock<4, S>>(j4, L), Bank<RotationJordanBlock<2, S>>(r2, L),
                            Bank<RotationJordanBlock<3, S>>(r3, L),
                            Bank<RotationJordanBlock<4, S>>(r4, L), PassThrough<S>(npass));
-  return {CanonicalEncoding<S>(std::move(inner), an.P.template cast<S>()), std::move(an.report)};
+  return CanonicalEncoding<S>(std::move(inner), an.P.template cast<S>());
+}
+
+}  // namespace canonical
+}  // namespace detail
+
+/// The canonical form of a real square generator X (float, double or long double entries;
+/// computed in long double). Throws peal::invalid_argument for an empty, non-square, too
+/// large (d > 1024) or non-finite X, a tolerance ≤ 0, a Jordan chain longer than
+/// canonical_max_chain, or a basis P too ill-conditioned to invert in S.
+template <class S>
+CanonicalForm<S> canonical_form(const Matrix<S>& X, const CanonicalOptions& options = {}) {
+  using namespace detail::canonical;
+  static_assert(std::is_floating_point<S>::value, "peal::canonical_form: float, double or long double");
+  detail::require(X.rows() == X.cols(), "canonical_form: X must be square");
+  detail::require(X.rows() > 0, "canonical_form: X is empty (d = 0)");
+  detail::require(X.rows() <= 1024, "canonical_form: X is larger than 1024 x 1024 (the dense "
+                                    "long double reduction is O(d^3): minutes at 1024)");
+  detail::require(X.allFinite(), "canonical_form: X has non-finite entries");
+  const int d = int(X.rows());
+  const Tolerances tol = resolve<S>(options, d);
+  const W u = std::numeric_limits<S>::epsilon() / W(2);
+  if (options.kappa_warning && !(*options.kappa_warning > 0))
+    detail::fail("canonical_form: kappa_warning must be > 0");
+  const W kappa_warn = options.kappa_warning ? W(*options.kappa_warning) : 1 / std::sqrt(u);
+  Analysis an = analyse<W>(Mat<W>(X.template cast<W>()), tol, u, kappa_warn);
+  CanonicalEncoding<S> enc = make_encoding<S>(an);
+  return {std::move(enc), std::move(an.report)};
 }
 
 /// Any Eigen expression: evaluated to a dense matrix of its scalar first.
