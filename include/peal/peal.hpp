@@ -52,6 +52,7 @@
 // Any generator X in: its real canonical form as blocks in a basis change
 // (docs/canonical-form.md).
 #include "canonical_form.hpp"
+#include "from_transition.hpp"
 // Last: with PEAL_COMPILED (a TU linking peal::compiled) the preset kernels are declared
 // extern here and come from the library (docs/build-cost.md); otherwise this adds nothing.
 #include "compiled.hpp"
