@@ -26,8 +26,8 @@
 // one's scores forward and backward take opt.threads (the products per block one thread);
 // deterministic (any thread count gives the bits of one thread).
 // Not differentiated: normalization = retnet (its row normalisation depends on the form; it
-// throws), and a continued LinearState (the state's keys are not given: differentiate the
-// whole sequence).
+// throws). A call continuing a LinearState has its own overload, with the state's gradients, in
+// linear_state_backward.hpp.
 #pragma once
 
 #include <algorithm>

@@ -44,6 +44,7 @@
 // A(τ), the backward of encode, scores and attention.
 #include "attention_backward.hpp"
 #include "linear_attention_backward.hpp"
+#include "linear_state_backward.hpp"
 #include "derivatives.hpp"
 #include "encode_backward.hpp"
 #include "parameters.hpp"
