@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -143,59 +144,51 @@ void BM_forms(benchmark::State& state) {
   state.counters["chunk_vs_gemm_rate"] = state.counters["GFLOPS"] / state.counters["gemm_GFLOPS"];
 }
 
+// The backward's inputs and outputs at n tokens (RoPE, f32; d_out reads v's numbers), shared by
+// BM_backward and BM_backward_chunk: backward(form, chunk) and forward(form, chunk) run one call.
+struct BackwardCase {
+  Index n, H = kHeads, d = kDim;
+  Data& D;
+  decltype(rope_preset()) enc = rope_preset();
+  Positions pos = Positions::sequence(0.0);
+  std::vector<float> dq, dk, dv;
+  std::vector<double> gp, gt, gs, gg;
+  explicit BackwardCase(Index tokens)
+      : n(tokens), D(data(tokens, kHeads, false)), dq(D.q.size()), dk(D.q.size()),
+        dv(D.q.size()), gp(static_cast<std::size_t>(peal::parameter_count(enc))),
+        gt(static_cast<std::size_t>(n)), gs(gt.size()), gg(static_cast<std::size_t>(H)) {}
+  TensorView<const float> in(std::vector<float>& x) const { return {x.data(), n, H, d}; }
+  TensorView<float> out(std::vector<float>& x) const { return {x.data(), n, H, d}; }
+  std::function<void()> backward(LinearForm f, Index chunk) {
+    return [this, f, chunk] {
+      peal::linear_attention_backward(enc, in(D.q), pos, in(D.k), pos, in(D.v), in(D.v), out(dq),
+                                      out(dk), out(dv), options(f, chunk, H), {&gp, &gt, &gs, &gg});
+    };
+  }
+  std::function<void()> forward(LinearForm f, Index chunk) {
+    return [this, f, chunk] {
+      peal::linear_attention(enc, in(D.q), pos, in(D.k), pos, in(D.v), out(D.out),
+                             options(f, chunk, H));
+    };
+  }
+};
+
 void BM_backward(benchmark::State& state) {
-  const Index n = state.range(0), H = kHeads, d = kDim;
-  Data& D = data(n, H, false);
-  const auto enc = rope_preset();
-  const auto pos = Positions::sequence(0.0);
-  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
-      v(D.v.data(), n, H, d), dout(D.v.data(), n, H, d);
-  const TensorView<float> out(D.out.data(), n, H, d);
-  std::vector<float> dq(D.q.size()), dk(D.q.size()), dv(D.q.size());
-  std::vector<double> gp(static_cast<std::size_t>(peal::parameter_count(enc))),
-      gt(static_cast<std::size_t>(n)), gs(gt.size()), gg(static_cast<std::size_t>(H));
-  auto backward = [&] {
-    peal::linear_attention_backward(enc, q, pos, k, pos, v, dout, TensorView<float>(dq.data(), n, H, d),
-                                    TensorView<float>(dk.data(), n, H, d),
-                                    TensorView<float>(dv.data(), n, H, d),
-                                    options(LinearForm::parallel, 0, H), {&gp, &gt, &gs, &gg});
-  };
-  auto forward = [&](LinearForm f) {
-    return [&, f] { peal::linear_attention(enc, q, pos, k, pos, v, out, options(f, 0, H)); };
-  };
-  const double pairs = 2.0 * double(H) * double(n) * double(n) * double(2 * d) / 2.0 * 1e-9;
-  paired_run(state, {{"", 1, backward}, {"fwd", 1, forward(LinearForm::automatic)},
-                     {"fwd_parallel", 1, forward(LinearForm::parallel)}},
+  BackwardCase c(state.range(0));
+  const double pairs =
+      2.0 * double(c.H) * double(c.n) * double(c.n) * double(2 * c.d) / 2.0 * 1e-9;
+  paired_run(state, {{"", 1, c.backward(LinearForm::parallel, 0)},
+                     {"fwd", 1, c.forward(LinearForm::automatic, 0)},
+                     {"fwd_parallel", 1, c.forward(LinearForm::parallel, 0)}},
              3.0 * pairs, "GFLOPS");
 }
 
 void BM_backward_chunk(benchmark::State& state) {
-  const Index n = state.range(0), H = kHeads, d = kDim;
-  Data& D = data(n, H, false);
-  const auto enc = rope_preset();
-  const auto pos = Positions::sequence(0.0);
-  const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
-      v(D.v.data(), n, H, d), dout(D.v.data(), n, H, d);
-  const TensorView<float> out(D.out.data(), n, H, d);
-  std::vector<float> dq(D.q.size()), dk(D.q.size()), dv(D.q.size());
-  std::vector<double> gp(static_cast<std::size_t>(peal::parameter_count(enc))),
-      gt(static_cast<std::size_t>(n)), gs(gt.size()), gg(static_cast<std::size_t>(H));
-  auto backward = [&](LinearForm f) {
-    return [&, f] {
-      peal::linear_attention_backward(enc, q, pos, k, pos, v, dout,
-                                      TensorView<float>(dq.data(), n, H, d),
-                                      TensorView<float>(dk.data(), n, H, d),
-                                      TensorView<float>(dv.data(), n, H, d),
-                                      options(f, kChunk, H), {&gp, &gt, &gs, &gg});
-    };
-  };
-  auto forward = [&] {
-    peal::linear_attention(enc, q, pos, k, pos, v, out, options(LinearForm::chunkwise, kChunk, H));
-  };
-  paired_run(state, {{"", 1, backward(LinearForm::chunkwise)},
-                     {"quadratic", 1, backward(LinearForm::parallel)},
-                     {"fwd", 1, forward}},
-             3.0 * chunk_flops(n, kChunk, H) * 1e-9, "GFLOPS");
+  BackwardCase c(state.range(0));
+  paired_run(state, {{"", 1, c.backward(LinearForm::chunkwise, kChunk)},
+                     {"quadratic", 1, c.backward(LinearForm::parallel, kChunk)},
+                     {"fwd", 1, c.forward(LinearForm::chunkwise, kChunk)}},
+             3.0 * chunk_flops(c.n, kChunk, c.H) * 1e-9, "GFLOPS");
 }
 
 void BM_chunk(benchmark::State& state) {
