@@ -1,8 +1,11 @@
-// peal_inspect: what peal understands of a model's positional-encoding configuration.
+// peal_inspect: what peal understands of a model's positional-encoding configuration, or of
+// a generator it did not build.
 //
 //   peal_inspect config.json [--seq-len N] [--plot wavelengths.png]   a Hugging Face config
 //   peal_inspect model.gguf  [--seq-len N] [--plot wavelengths.png]   a GGUF file (by magic)
 //   peal_inspect                                                      a built-in Llama 3.1
+//   peal_inspect --generator X.txt|X.npy                              A(τ) = exp(τX)
+//   peal_inspect --transition M.txt|M.npy [--pad-unpaired]            A(n) = Mⁿ, integer n
 //
 // For a config.json it first prints the model's layers (model_positions_from_hf): the layer
 // pattern compressed ("layers 0-4, 6-10: rope theta 10000 ..., sliding window 1024"), where
@@ -26,9 +29,26 @@
 // max_position_embeddings (GGUF: context_length). --plot P: writes P.dat (i, default and
 // scaled wavelength) and P.gp, and runs gnuplot on it if gnuplot is installed.
 //
+// --generator X: a d x d generator (a learned skew-symmetric X, a fitted state-space matrix)
+// through peal::canonical_form (docs/canonical-form.md); --transition M: a discrete-time
+// transition M = A(1) through peal::from_transition (X = log M; --pad-unpaired passes
+// TransitionOptions::pad_unpaired). The file is a text matrix (rows on lines, entries
+// separated by whitespace or commas, '#' comments) or a .npy array ('<f8' or '<f4', C or
+// Fortran order; told by its magic), read by examples/matrix_file.hpp, d <= 1024. '<f4' data
+// is decomposed as float (float tolerances, a float encoding), the rest as double. Prints the
+// report's summary (classification, kappa(P), the residual, the tolerances used and what they
+// decided), then one row per block:
+//   block  kind  length  coords  omega  a|lambda  wavelength 2 pi / omega  decay length 1/|a|
+// (positions are the units; decay length "growth" when a or lambda > 0, "none" when 0, "-"
+// where it does not apply), for --transition also the eigenvalue of M the block came from;
+// then the warnings (growth, an ill-conditioned P, a residual above sqrt(u)). Errors (a ragged
+// or non-numeric line, NaN, a non-square or unsupported .npy, the library's refusals) are
+// prefixed by the file; exit status 1.
+//
 // Built as the target peal_inspect (examples/CMakeLists.txt); tested by
 // tests/inspect_check.cpp (ctest peal_inspect_configs).
 #include <cmath>
+#include <complex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,12 +56,16 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <peal/canonical_form.hpp>
+#include <peal/from_transition.hpp>
 #include <peal/models/gguf_config.hpp>
 #include <peal/models/hf_config.hpp>
 #include <peal/presets/mrope.hpp>
 #include <peal/presets/rope.hpp>
 #include <string>
 #include <vector>
+
+#include "matrix_file.hpp"
 
 namespace {
 
@@ -57,22 +81,37 @@ struct Args {
   std::string path;  // empty: the built-in config
   std::optional<double> seq_len;
   std::string plot;
-  std::string layer_type;  // --layer-type: which layers' RoPE the pair table shows
+  std::string layer_type;   // --layer-type: which layers' RoPE the pair table shows
+  std::string matrix;       // --generator / --transition: the matrix file
+  bool transition = false;  // the matrix is M = A(1), not X
+  bool pad_unpaired = false;
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "peal_inspect: %s\nusage: peal_inspect [config.json | model.gguf] [--seq-len N] "
-               "[--plot wavelengths.png] [--layer-type T]\n",
+               "[--plot wavelengths.png] [--layer-type T]\n"
+               "       peal_inspect --generator X.txt|X.npy\n"
+               "       peal_inspect --transition M.txt|M.npy [--pad-unpaired]\n",
                msg);
   std::exit(1);
 }
 
 Args parse_args(int argc, char** argv) {
   Args a;
+  bool config_options = false;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
-    if (s == "--seq-len" || s == "--plot" || s == "--layer-type") {
+    if (s == "--generator" || s == "--transition") {
+      if (i + 1 >= argc) usage((s + " needs a file").c_str());
+      if (!a.matrix.empty()) usage("one of --generator or --transition, once");
+      a.matrix = argv[++i];
+      a.transition = s == "--transition";
+      if (a.matrix.empty()) usage((s + " needs a file").c_str());
+    } else if (s == "--pad-unpaired") {
+      a.pad_unpaired = true;
+    } else if (s == "--seq-len" || s == "--plot" || s == "--layer-type") {
+      config_options = true;
       if (i + 1 >= argc) usage((s + " needs a value").c_str());
       const std::string v = argv[++i];
       if (s == "--layer-type") {
@@ -98,6 +137,9 @@ Args parse_args(int argc, char** argv) {
       usage("only one file");
     }
   }
+  if (!a.matrix.empty() && (!a.path.empty() || config_options))
+    usage("--generator / --transition take no config file, --seq-len, --plot or --layer-type");
+  if (a.pad_unpaired && !a.transition) usage("--pad-unpaired is for --transition");
   return a;
 }
 
@@ -434,15 +476,121 @@ int inspect(const Args& a) {
   return 0;
 }
 
+// --generator / --transition: the canonical form of a matrix from a file.
+
+std::string num4(long double x) {  // tolerances, kappa, residuals: 4 digits say enough
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4Lg", x);
+  return buf;
+}
+
+std::string eigenvalue_text(const std::complex<long double>& mu) {
+  return mu.imag() == 0 ? num(mu.real()) : num(mu.real()) + "±" + num(std::fabs(mu.imag())) + "i";
+}
+
+// The report's summary, one row per block, the warnings. `sources`: from_transition's.
+void print_canonical(const peal::CanonicalReport& r, bool transition,
+                     const std::vector<peal::TransitionSource>& sources, int padding) {
+  using K = peal::CanonicalBlock::Kind;
+  const char* x = transition ? "X = log M" : "X";
+  std::printf("classification                       %s\n", r.classification.c_str());
+  std::printf("kappa(P)                             %s (X = P J P^-1, 2-norm condition number)\n",
+              num4(r.kappa).c_str());
+  if (transition)
+    std::printf("residual                             %s (|P e^J P^-1 - M|_F / |M|_F)\n",
+                num4(r.residual).c_str());
+  else
+    std::printf("residual                             %s (|P J P^-1 - X|_F / |X|_F)\n",
+                num4(r.residual).c_str());
+  std::printf("norm                                 %s (|%s|_F)\n", num(r.norm).c_str(), x);
+  std::printf("skew-symmetric                       %s (|X + X^T|_F / |X|_F = %s)%s\n",
+              r.skew_symmetric ? "yes" : "no", num4(r.skew_defect).c_str(),
+              r.skew_symmetric ? ": pure rotations, orthogonal P, F = G" : "");
+  const auto& t = r.tolerances;
+  std::printf(
+      "tolerances                           cluster %s, coupling %s, rank %s, zero %s, "
+      "skew %s, kappa_warning %s\n",
+      num4(t.cluster).c_str(), num4(t.coupling).c_str(), num4(t.rank).c_str(), num4(t.zero).c_str(),
+      num4(t.skew).c_str(), num4(t.kappa_warning).c_str());
+  for (const std::string& d : r.decisions) std::printf("  decided: %s\n", d.c_str());
+  if (padding)
+    std::printf(
+        "padding                              %d coordinate(s) added (--pad-unpaired): pad "
+        "queries and keys with zeros\n",
+        padding);
+
+  const long double two_pi = 2 * std::acos(-1.0L);
+  static const char* names[] = {"real", "rotation", "jordan", "rotation-jordan", "pass-through"};
+  std::printf("\n%5s %-15s %6s %11s %17s %17s %17s %17s%s\n", "block", "kind", "length", "coords",
+              "omega", "a|lambda", "wavelength", "decay_length", transition ? "  mu_of_M" : "");
+  for (std::size_t i = 0; i < r.blocks.size(); ++i) {
+    const peal::CanonicalBlock& b = r.blocks[i];
+    const bool rot = b.kind == K::Rotation || b.kind == K::RotationJordan;
+    const long double re = rot ? b.a : b.lambda;  // 0 for pass-through
+    const std::string coords =
+        "[" + std::to_string(b.first) + "," + std::to_string(b.first + b.size) + ")";
+    const std::string decay = re < 0 ? num(1 / -re) : re > 0 ? "growth" : "none";
+    std::printf("%5zu %-15s %6d %11s %17s %17s %17s %17s", i, names[int(b.kind)], b.length,
+                coords.c_str(), rot ? num(b.omega).c_str() : "-", num(re).c_str(),
+                rot ? num(two_pi / b.omega).c_str() : "-", decay.c_str());
+    if (transition && i < sources.size()) {
+      const peal::TransitionSource& s = sources[i];
+      std::printf("  %s", eigenvalue_text(s.mu).c_str());
+      if (s.chains == 2)
+        std::printf(" (%s: a rotation by pi, split %s)",
+                    s.padded ? "one chain and its padding copy" : "two chains",
+                    num4(s.split).c_str());
+    }
+    std::printf("\n");
+  }
+  std::printf("\n");
+  for (const std::string& w : r.warnings) std::printf("warning: %s\n", w.c_str());
+  std::printf("%zu warning(s)\n", r.warnings.size());
+}
+
+template <class S>
+void inspect_matrix_as(const Args& a, const peal::Matrix<S>& A) {
+  if (a.transition) {
+    peal::TransitionOptions opt;
+    opt.pad_unpaired = a.pad_unpaired;
+    const peal::TransitionForm<S> tf = peal::from_transition(A, opt);
+    print_canonical(tf.report, true, tf.sources, tf.padding);
+  } else {
+    const peal::CanonicalForm<S> cf = peal::canonical_form(A);
+    print_canonical(cf.report, false, {}, 0);
+  }
+}
+
+int inspect_matrix(const Args& a) {
+  const matrix_file::MatrixFile m = matrix_file::read_matrix_file(a.matrix);
+  const long d = long(m.values.rows());
+  std::printf("file                                 %s (%s, %ld x %ld; decomposed as %s)\n",
+              a.matrix.c_str(), m.format.c_str(), d, d, m.single ? "float" : "double");
+  if (a.transition)
+    std::printf(
+        "transition                           M = A(1): A(n) = M^n at integer n, X = log M "
+        "(peal::from_transition)\n");
+  else
+    std::printf(
+        "generator                            X: A(tau) = exp(tau X) "
+        "(peal::canonical_form)\n");
+  if (m.single)
+    inspect_matrix_as<float>(a, m.values.cast<float>());
+  else
+    inspect_matrix_as<double>(a, m.values);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse_args(argc, argv);
   try {
-    return inspect(a);
+    return a.matrix.empty() ? inspect(a) : inspect_matrix(a);
   } catch (const std::exception& e) {
     const std::string msg = e.what();
-    std::fprintf(stderr, "peal_inspect: %s: %s\n", a.path.empty() ? "(built-in)" : a.path.c_str(),
+    const std::string& file = a.matrix.empty() ? a.path : a.matrix;
+    std::fprintf(stderr, "peal_inspect: %s: %s\n", file.empty() ? "(built-in)" : file.c_str(),
                  msg.c_str());
     if (msg.find("must be even") != std::string::npos)
       std::fprintf(stderr,

@@ -9,14 +9,26 @@
 // (head_dim 96; the factor lists are illustrative, not the model's), a Qwen2-VL GGUF file
 // (detected by its magic; M-RoPE axes), a BLOOM GGUF (no RoPE), and broken configs that must fail
 // naming the key and the file.
+// Matrices (--generator, --transition; issue 23 §5): a skew-symmetric X as text, as .npy <f8 and
+// as a Fortran-order <f4 (rotations only, the frequencies and wavelengths), a constructed
+// X = P J P⁻¹ with a decay, a growth, a damped rotation and a Jordan chain of length 3 (the
+// blocks' parameters, decay lengths, the growth warning), a transition M with a rotation by π
+// (the eigenvalues of M named), and the refusals, each naming the file and the line or entry:
+// ragged, NaN, non-numeric and non-square text, big-endian, object, integer, 3-D, truncated and
+// 2000 x 2000 .npy files, the library's own refusals (a chain of length 5, no real logarithm).
+#include <Eigen/Core>
+#include <Eigen/QR>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <peal/presets/mrope.hpp>
 #include <peal/presets/rope.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -368,6 +380,344 @@ void errors() {
   expect(r5.status != 0 && contains(r5.err, "--seq-len"), "bad option: " + r5.err);
 }
 
+// ---- matrices: --generator and --transition ------------------------------------------------
+
+using Mat = Eigen::MatrixXd;
+
+std::string matrix_text(const Mat& X, const std::string& sep) {
+  std::string s = "# a generator written by peal_inspect_check\n";
+  char buf[40];
+  for (Eigen::Index i = 0; i < X.rows(); ++i) {
+    for (Eigen::Index j = 0; j < X.cols(); ++j) {
+      std::snprintf(buf, sizeof buf, "%.17g", X(i, j));
+      s += (j ? sep : std::string()) + buf;
+    }
+    s += i == 0 ? "   # first row\n" : "\n";
+    if (i == 0) s += "\n";  // a blank line is skipped
+  }
+  return s;
+}
+
+std::string write_bytes(const std::string& name, const std::string& bytes) {
+  const std::string path = g_dir + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+// numpy's .npy format 1.0: magic, version, header length (u16 LE), the header dict padded with
+// spaces to a multiple of 64 bytes and ending in '\n', then the data.
+std::string npy_header(const std::string& descr, bool fortran, const std::string& shape) {
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
+                  ", 'shape': " + shape + ", }";
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::string s = "\x93NUMPY";
+  s += '\x01', s += '\x00';
+  s += char(h.size() & 0xff), s += char(h.size() >> 8);
+  return s + h;
+}
+
+// X as '<f8' or '<f4' (or big-endian '>f8'), in C or Fortran order.
+std::string npy(const Mat& X, const std::string& descr, bool fortran) {
+  const long d = long(X.rows());
+  std::string s =
+      npy_header(descr, fortran, "(" + std::to_string(d) + ", " + std::to_string(d) + ")");
+  const bool big = descr[0] == '>';
+  const int size = descr[2] == '8' ? 8 : 4;
+  for (long k = 0; k < d * d; ++k) {
+    const double x = fortran ? X(k % d, k / d) : X(k / d, k % d);
+    unsigned char b[8];
+    if (size == 8) {
+      std::uint64_t u;
+      std::memcpy(&u, &x, 8);
+      for (int i = 0; i < 8; ++i) b[i] = (u >> (8 * i)) & 0xff;
+    } else {
+      const float f = float(x);
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      for (int i = 0; i < 4; ++i) b[i] = (u >> (8 * i)) & 0xff;
+    }
+    for (int i = 0; i < size; ++i) s += char(b[big ? size - 1 - i : i]);
+  }
+  return s;
+}
+
+// The rest of the line after a label ("classification   3 rotations, ...").
+std::string line_after(const std::string& out, const std::string& label) {
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, label.size(), label) == 0 && line.size() > label.size() &&
+        line[label.size()] == ' ') {
+      const std::size_t b = line.find_first_not_of(' ', label.size());
+      return b == std::string::npos ? "" : line.substr(b);
+    }
+  return "(missing)";
+}
+
+struct BlockRow {
+  std::string kind, coords, wavelength, decay, source;  // source: the rest (--transition)
+  int length = 0;
+  long double omega = 0, re = 0;
+};
+
+// The rows after the header line that starts with "block", to the blank line.
+std::vector<BlockRow> block_rows(const std::string& out) {
+  std::vector<BlockRow> rows;
+  std::istringstream in(out);
+  std::string line;
+  bool on = false;
+  while (std::getline(in, line)) {
+    std::istringstream is(line);
+    std::string first;
+    is >> first;
+    if (first == "block") {
+      on = true;
+      continue;
+    }
+    if (!on) continue;
+    if (first.empty()) break;
+    BlockRow r;
+    std::string omega, re;
+    is >> r.kind >> r.length >> r.coords >> omega >> re >> r.wavelength >> r.decay;
+    r.omega = omega == "-" ? 0 : std::strtold(omega.c_str(), nullptr);
+    r.re = std::strtold(re.c_str(), nullptr);
+    std::getline(is, r.source);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+bool near(long double got, long double want, long double rel) {
+  return std::fabs(got - want) <= rel * std::max(1.0L, std::fabs(want));
+}
+long double number(const std::string& s) { return std::strtold(s.c_str(), nullptr); }
+
+Mat random_orthogonal(int d, std::mt19937& rng) {
+  std::normal_distribution<double> g;
+  Mat A(d, d);
+  for (int i = 0; i < d; ++i)
+    for (int j = 0; j < d; ++j) A(i, j) = g(rng);
+  return Eigen::HouseholderQR<Mat>(A).householderQ();
+}
+
+// The generator of RotationBlock{ω, a} (docs/design.md §1) at rows/columns o, o + 1.
+void rotation(Mat& J, int o, double omega, double a) {
+  J(o, o) = J(o + 1, o + 1) = a;
+  J(o, o + 1) = omega, J(o + 1, o) = -omega;
+}
+
+// A skew-symmetric X: rotations at 0.5, 1, 2 and one zero eigenvalue, in a random orthogonal
+// basis; its three files must give the same classification and frequencies.
+void generator_skew() {
+  std::mt19937 rng(23);
+  Mat J = Mat::Zero(7, 7);
+  rotation(J, 0, 0.5, 0), rotation(J, 2, 1, 0), rotation(J, 4, 2, 0);
+  const Mat Q = random_orthogonal(7, rng);
+  Mat X = Q * J * Q.transpose();
+  X = Mat((X - X.transpose()) / 2);  // exactly skew-symmetric
+  struct Case {
+    std::string tag, path, format;
+    long double tol;
+  };
+  const std::vector<Case> cases = {
+      {"skew_text", write("skew.txt", matrix_text(X, " ")), "(text, 7 x 7; decomposed as double)",
+       1e-12L},
+      {"skew_csv", write("skew.csv", matrix_text(X, ", ")), "(text, 7 x 7; decomposed as double)",
+       1e-12L},
+      {"skew_f8", write_bytes("skew_f8.npy", npy(X, "<f8", false)),
+       "(npy <f8 C order, 7 x 7; decomposed as double)", 1e-12L},
+      {"skew_f4_fortran", write_bytes("skew_f4.npy", npy(X, "<f4", true)),
+       "(npy <f4 Fortran order, 7 x 7; decomposed as float)", 1e-5L},
+  };
+  for (const Case& c : cases) {
+    const Run r = run("--generator \"" + c.path + "\"", c.tag);
+    expect(r.status == 0, c.tag + ": exit status " + std::to_string(r.status) + ": " + r.err);
+    expect(contains(r.out, c.format), c.tag + ": file line: " + line_after(r.out, "file"));
+    expect(line_after(r.out, "classification") == "3 rotations, 1 constant coordinate",
+           c.tag + ": classification " + line_after(r.out, "classification"));
+    expect(line_after(r.out, "skew-symmetric").compare(0, 3, "yes") == 0, c.tag + ": not skew");
+    const auto rows = block_rows(r.out);
+    std::vector<long double> omegas;
+    bool ok = rows.size() == 4;
+    for (const BlockRow& b : rows) {
+      if (b.kind == "rotation") {
+        omegas.push_back(b.omega);
+        ok = ok && b.re == 0 && b.decay == "none" && b.length == 1 &&
+             near(number(b.wavelength), 2 * kPi / b.omega, 1e-9L);
+      } else {
+        ok = ok && b.kind == "pass-through" && b.wavelength == "-" && b.decay == "none";
+      }
+    }
+    std::sort(omegas.begin(), omegas.end());
+    ok = ok && omegas.size() == 3 && near(omegas[0], 0.5L, c.tol) && near(omegas[1], 1, c.tol) &&
+         near(omegas[2], 2, c.tol);
+    expect(ok, c.tag + ": block rows:\n" + r.out);
+    expect(contains(r.out, "0 warning(s)"), c.tag + ": warnings:\n" + r.out);
+  }
+}
+
+// X = P J P⁻¹ with a decay (λ = −0.5), a growth (0.05), a damped rotation (ω = 0.3, a = −0.1)
+// and a Jordan chain of length 3 at −0.2, P of κ₂ = 3.
+void generator_jordan() {
+  std::mt19937 rng(5);
+  Mat J = Mat::Zero(7, 7);
+  J(0, 0) = -0.5;
+  J(1, 1) = J(2, 2) = J(3, 3) = -0.2, J(1, 2) = J(2, 3) = 1;
+  rotation(J, 4, 0.3, -0.1);
+  J(6, 6) = 0.05;
+  Eigen::VectorXd sv(7);
+  sv << 1, 3, 1.5, 2, 1.2, 2.5, 1.8;
+  const Mat Q1 = random_orthogonal(7, rng), Q2 = random_orthogonal(7, rng);
+  const Mat X = Q1 * sv.asDiagonal() * Q2 * J * Q2.transpose() * sv.cwiseInverse().asDiagonal() *
+                Q1.transpose();  // P J P⁻¹, P = Q1 diag(sv) Q2
+  const std::string path = write("jordan.txt", matrix_text(X, "\t"));
+  const Run r = run("--generator \"" + path + "\"", "jordan");
+  expect(r.status == 0, "jordan: exit status " + std::to_string(r.status) + ": " + r.err);
+  const std::string cls = line_after(r.out, "classification");
+  for (const char* part :
+       {"1 rotation (1 damped, a ∈ [-0.1, -0.1])", "1 decay", "1 growth",
+        "a Jordan chain of length 3 at λ = -0.2", "polynomial growth of degree 2"})
+    expect(contains(cls, part),
+           std::string("jordan: classification lacks \"") + part + "\": " + cls);
+  int seen = 0;
+  for (const BlockRow& b : block_rows(r.out)) {
+    const long double tol = 1e-4L;  // the chain's eigenvalue: ~ (κ u)^(1/3) ‖X‖
+    if (b.kind == "real" && near(b.re, -0.5L, tol))
+      seen += 1, expect(near(number(b.decay), 2, tol) && b.wavelength == "-", "jordan: decay row");
+    else if (b.kind == "real" && near(b.re, 0.05L, tol))
+      seen += 2, expect(b.decay == "growth", "jordan: growth row says " + b.decay);
+    else if (b.kind == "jordan")
+      seen += 4, expect(b.length == 3 && near(b.re, -0.2L, tol) && near(number(b.decay), 5, 1e-3L),
+                        "jordan: chain row");
+    else if (b.kind == "rotation")
+      seen += 8, expect(near(b.omega, 0.3L, tol) && near(b.re, -0.1L, tol) &&
+                            near(number(b.wavelength), 2 * kPi / b.omega, 1e-9L) &&
+                            near(number(b.decay), 1 / -b.re, 1e-9L),
+                        "jordan: rotation row");
+    else
+      seen += 100;
+  }
+  expect(seen == 15, "jordan: the four blocks, once each:\n" + r.out);
+  expect(contains(r.out, "warning: growth") && contains(r.out, "1 warning(s)"),
+         "jordan: the growth warning:\n" + r.out);
+}
+
+// A transition M = Q (−I₂ ⊕ R(0.5) ⊕ 0.9) Qᵀ: −1 twice is a rotation by π (wavelength 2
+// positions), R(0.5) a rotation at 0.5, 0.9 a decay of length 1/|log 0.9|.
+void transition_pi() {
+  std::mt19937 rng(7);
+  Mat B = Mat::Zero(5, 5);
+  B(0, 0) = B(1, 1) = -1;
+  B(2, 2) = B(3, 3) = std::cos(0.5), B(2, 3) = std::sin(0.5), B(3, 2) = -std::sin(0.5);
+  B(4, 4) = 0.9;
+  const Mat Q = random_orthogonal(5, rng);
+  const Mat M = Q * B * Q.transpose();
+  const std::string path = write("transition.txt", matrix_text(M, ","));
+  const Run r = run("--transition \"" + path + "\"", "transition");
+  expect(r.status == 0, "transition: exit status " + std::to_string(r.status) + ": " + r.err);
+  expect(line_after(r.out, "classification") == "2 rotations, 1 decay",
+         "transition: classification " + line_after(r.out, "classification"));
+  expect(contains(r.out, "mu_of_M"), "transition: no mu_of_M column");
+  int seen = 0;
+  for (const BlockRow& b : block_rows(r.out)) {
+    if (b.kind == "rotation" && near(b.omega, kPi, 1e-9L))
+      seen += 1, expect(near(number(b.wavelength), 2, 1e-9L) && b.decay == "none" &&
+                            contains(b.source, "-1 (two chains: a rotation by pi"),
+                        "transition: the rotation by pi: " + b.source);
+    else if (b.kind == "rotation" && near(b.omega, 0.5L, 1e-9L))
+      seen += 2, expect(near(number(b.wavelength), 4 * kPi, 1e-9L) &&
+                            contains(b.source, "0.8775825619±0.4794255386i"),
+                        "transition: the rotation at 0.5: " + b.source);
+    else if (b.kind == "real")
+      seen += 4,
+          expect(near(b.re, std::log(0.9L), 1e-9L) &&
+                     near(number(b.decay), -1 / std::log(0.9L), 1e-9L) && contains(b.source, "0.9"),
+                 "transition: the decay: " + b.source);
+    else
+      seen += 100;
+  }
+  expect(seen == 7, "transition: the three blocks, once each:\n" + r.out);
+
+  // −1 once has no real logarithm: the library's refusal, prefixed by the file; padded on request.
+  const std::string p2 = write("unpaired.txt", "-1 0\n0 0.5\n");
+  const Run r2 = run("--transition \"" + p2 + "\"", "unpaired");
+  expect(r2.status != 0 && contains(r2.err, "peal_inspect: " + p2 + ": ") &&
+             contains(r2.err, "no real logarithm"),
+         "unpaired: " + r2.err);
+  const Run r3 = run("--transition \"" + p2 + "\" --pad-unpaired", "unpaired_padded");
+  expect(r3.status == 0 && contains(r3.out, "padding                              1 coordinate(s)"),
+         "unpaired --pad-unpaired: " + r3.err + r3.out);
+}
+
+void matrix_errors() {
+  struct Bad {
+    std::string tag, path;
+    std::vector<std::string> says;
+  };
+  Mat X3 = Mat::Zero(3, 3);
+  X3(0, 1) = 1, X3(1, 0) = -1;
+  std::string truncated = npy(X3, "<f8", false);
+  truncated.resize(truncated.size() - 30);
+  std::string trailing = npy(X3, "<f8", false) + "extra";
+  Mat nan = X3;
+  nan(0, 2) = std::nan("");
+  Mat chain5 = Mat::Zero(5, 5);  // the nilpotent shift: a Jordan chain of length 5 at 0
+  for (int i = 0; i < 4; ++i) chain5(i, i + 1) = 1;
+  const std::vector<Bad> bad = {
+      {"ragged",
+       write("ragged.txt", "1 2 3\n# a comment\n4 5\n7 8 9\n"),
+       {"line 3: 2 entries", "ragged"}},
+      {"nan_text", write("nan.txt", "1 2\nnan 3\n"), {"line 2", "\"nan\" is not finite"}},
+      {"inf_text", write("inf.txt", "1 -inf\n2 3\n"), {"line 1", "\"-inf\" is not finite"}},
+      {"word", write("word.txt", "1 2\n3 x4\n"), {"line 2", "\"x4\" is not a number"}},
+      {"empty_entry", write("comma.txt", "1,,2\n3,4\n"), {"line 1", "empty entry"}},
+      {"non_square_text",
+       write("rect.txt", "1 2 3\n4 5 6\n"),
+       {"2 rows of 3 entries", "not square"}},
+      {"empty_text", write("empty.txt", "# nothing\n\n"), {"no numbers"}},
+      {"big_endian", write_bytes("big.npy", npy(X3, ">f8", false)), {"'>f8' is big-endian"}},
+      {"object", write_bytes("object.npy", npy_header("|O", false, "(3, 3)")), {"object array"}},
+      {"int", write_bytes("int.npy", npy_header("<i8", false, "(3, 3)")), {"'<i8' not supported"}},
+      {"three_d",
+       write_bytes("3d.npy", npy_header("<f8", false, "(2, 2, 2)")),
+       {"(2, 2, 2) is not 2-D"}},
+      {"non_square_npy",
+       write_bytes("rect.npy", npy_header("<f8", false, "(3, 4)")),
+       {"not square"}},
+      {"truncated",
+       write_bytes("truncated.npy", truncated),
+       {"truncated .npy file", "72 bytes of data, 42 present"}},
+      {"trailing", write_bytes("trailing.npy", trailing), {"bytes after"}},
+      {"huge",
+       write_bytes("huge.npy", npy_header("<f8", false, "(2000, 2000)")),
+       {"d = 2000 is larger than 1024"}},
+      // Fortran order read as such: the NaN at (row 0, column 2), not (row 2, column 0).
+      {"nan_fortran",
+       write_bytes("nan_f.npy", npy(nan, "<f4", true)),
+       {"entry (row 0, column 2) is not finite"}},
+      {"nan_c",
+       write_bytes("nan_c.npy", npy(nan, "<f8", false)),
+       {"entry (row 0, column 2) is not finite"}},
+      {"chain5",
+       write("chain5.txt", matrix_text(chain5, " ")),
+       {"canonical_form", "Jordan chain of length 5"}},
+      {"missing", g_dir + "/no-such-matrix.txt", {"cannot open"}},
+  };
+  for (const Bad& b : bad) {
+    const Run r = run("--generator \"" + b.path + "\"", b.tag);
+    bool ok = r.status != 0 && contains(r.err, "peal_inspect: " + b.path + ": ");
+    for (const std::string& s : b.says) ok = ok && contains(r.err, s);
+    expect(ok, b.tag + ": exit status " + std::to_string(r.status) + ", message: " + r.err);
+  }
+  const Run u1 = run("--generator \"" + g_dir + "/skew.txt\" --seq-len 10", "generator_usage");
+  expect(u1.status != 0 && contains(u1.err, "take no config file"),
+         "--generator with --seq-len: " + u1.err);
+  const Run u2 = run("--generator", "generator_nofile");
+  expect(u2.status != 0 && contains(u2.err, "needs a file"),
+         "--generator without a file: " + u2.err);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -391,6 +741,10 @@ int main(int argc, char** argv) {
     gguf_qwen2vl();
     gguf_alibi();
     errors();
+    generator_skew();
+    generator_jordan();
+    transition_pi();
+    matrix_errors();
   } catch (const std::exception& e) {
     fail(std::string("exception: ") + e.what());
   }
