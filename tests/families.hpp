@@ -219,6 +219,18 @@ struct XposFam {
   }
 };
 
+// RoPE's rotation as RetNet uses it (retnet_rotation: interleaved pairs, ω_i = 10000^(−i/7),
+// a = 0), head size 16: a pure rotation bank of the type of RetNetFam's decaying banks
+// (Bank<RotationBlock>), so that tests running both share their instantiations
+// (docs/build-cost.md).
+struct RetNetRotationFam {
+  static constexpr const char* name = "RoPE rotation bank";
+  template <class S>
+  static auto build(Draw&) {
+    return rotation_bank_as<S>(peal::retnet_rotation<double>(16));
+  }
+};
+
 // RetNet (retnet.hpp): the encoding of head Head of 3, head size 32 (gamma = 1 - 2^(-5-Head)).
 template <int Head>
 struct RetNetFam {

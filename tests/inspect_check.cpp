@@ -82,9 +82,10 @@ struct Row {
   std::string band, axis;
 };
 
-// The table: the lines after the header that starts with "pair".
-std::vector<Row> table(const std::string& out) {
-  std::vector<Row> rows;
+// Calls row(first word, the rest) for each line after the header line whose first word is
+// `header`, up to the first blank line (the report's tables: "pair ...", "block ...").
+template <class F>
+void for_rows(const std::string& out, const std::string& header, F&& row) {
   std::istringstream in(out);
   std::string line;
   bool on = false;
@@ -92,12 +93,20 @@ std::vector<Row> table(const std::string& out) {
     std::istringstream is(line);
     std::string first;
     is >> first;
-    if (first == "pair") {
+    if (first == header) {
       on = true;
       continue;
     }
     if (!on) continue;
-    if (line.empty()) break;
+    if (first.empty()) break;
+    row(first, is);
+  }
+}
+
+// The pair table.
+std::vector<Row> table(const std::string& out) {
+  std::vector<Row> rows;
+  for_rows(out, "pair", [&](const std::string& first, std::istringstream& is) {
     Row r;
     r.i = std::atoi(first.c_str());
     std::string w, l, f;
@@ -106,7 +115,7 @@ std::vector<Row> table(const std::string& out) {
     r.wavelength = std::strtold(l.c_str(), nullptr);
     r.factor = std::strtold(f.c_str(), nullptr);
     rows.push_back(r);
-  }
+  });
   return rows;
 }
 
@@ -461,22 +470,10 @@ struct BlockRow {
   long double omega = 0, re = 0;
 };
 
-// The rows after the header line that starts with "block", to the blank line.
+// The block table (--generator, --transition).
 std::vector<BlockRow> block_rows(const std::string& out) {
   std::vector<BlockRow> rows;
-  std::istringstream in(out);
-  std::string line;
-  bool on = false;
-  while (std::getline(in, line)) {
-    std::istringstream is(line);
-    std::string first;
-    is >> first;
-    if (first == "block") {
-      on = true;
-      continue;
-    }
-    if (!on) continue;
-    if (first.empty()) break;
+  for_rows(out, "block", [&](const std::string&, std::istringstream& is) {
     BlockRow r;
     std::string omega, re;
     is >> r.kind >> r.length >> r.coords >> omega >> re >> r.wavelength >> r.decay;
@@ -484,7 +481,7 @@ std::vector<BlockRow> block_rows(const std::string& out) {
     r.re = std::strtold(re.c_str(), nullptr);
     std::getline(is, r.source);
     rows.push_back(r);
-  }
+  });
   return rows;
 }
 

@@ -23,17 +23,6 @@ using namespace peal_test::scores_backward_check;
 
 namespace {
 
-// RoPE's rotation as RetNet uses it (retnet_rotation: interleaved pairs, ω_i = 10000^(−i/7),
-// a = 0), head size 16: a pure rotation bank of the type of RetNetFam's decaying banks
-// (Bank<RotationBlock>), so that both share this TU's instantiations (docs/build-cost.md).
-struct RopeBankFam {
-  static constexpr const char* name = "RoPE rotation bank";
-  template <class S>
-  static auto build(Draw&) {
-    return rotation_bank_as<S>(peal::retnet_rotation<double>(16));
-  }
-};
-
 // One problem: the inputs (rounded to the storage T), the long double reference (the scores
 // backward's with dS = dO · v, and dv), and calls of the backward with any options.
 template <class Fam, class T = double>
@@ -308,9 +297,9 @@ TEST_CASE("linear attention backward: the chunkwise O(n) form", "[linear_backwar
                                   true, 42, 3, 7);
   // RoPE's rotation (pure: anchor 0, no transport) near 10^6, irregular, dv != d, GQA; and with
   // RetNet's per-head decays γ_h = 1 - 2^-(5+h) (the decays anchored per chunk).
-  check_chunkwise<RopeBankFam>({90, 100, 4, 2, 1e6, 1e6 + 3000, true, false, false},
+  check_chunkwise<RetNetRotationFam>({90, 100, 4, 2, 1e6, 1e6 + 3000, true, false, false},
                                Regime::Random, 0, false, 43, 20, 16);
-  check_chunkwise<RopeBankFam>({90, 100, 4, 2, 1e6, 1e6 + 3000, true, false, true},
+  check_chunkwise<RetNetRotationFam>({90, 100, 4, 2, 1e6, 1e6 + 3000, true, false, true},
                                Regime::Random, 0, false, 44, 6, 13, retnet);
   // A decaying rotation bank (RetNet's xPos-like damped rotations, not pure) with per-head
   // decays, near 10^6.

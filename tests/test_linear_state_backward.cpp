@@ -37,16 +37,6 @@ using namespace peal_test::scores_backward_check;
 namespace test_linear_state_backward {
 namespace {
 
-// RoPE's rotation as RetNet uses it (a pure rotation bank, head size 16), of the type of
-// RetNetFam's damped banks (Bank<RotationBlock>): both share this TU's instantiations.
-struct RopeBankFam {
-  static constexpr const char* name = "RoPE rotation bank";
-  template <class S>
-  static auto build(Draw&) {
-    return rotation_bank_as<S>(peal::retnet_rotation<double>(16));
-  }
-};
-
 template <class T>
 TensorView<const T> token(const std::vector<T>& x, int j, int heads, int dim) {
   return TensorView<const T>(x.data() + std::size_t(j) * heads * dim, 1, heads, dim);
@@ -454,9 +444,9 @@ TEST_CASE("linear state step backward: central differences of one step",
   // damped rotation bank (RetNet's decaying encoding); every block type with Jordan chains; its
   // basis change. Steps from a state of earlier keys, and the first (an empty state).
   const std::vector<double> retnet{1 - 1.0 / 32, 1 - 1.0 / 64};
-  check_step_differences<RopeBankFam>({6, 6, 2, 1, 100, 112, true, false, false}, Regime::Random,
+  check_step_differences<RetNetRotationFam>({6, 6, 2, 1, 100, 112, true, false, false}, Regime::Random,
                                       false, 51, 5, retnet, 4);
-  check_step_differences<RopeBankFam>({6, 6, 4, 2, 1e6, 1e6 + 12, true, false, false},
+  check_step_differences<RetNetRotationFam>({6, 6, 4, 2, 1e6, 1e6 + 12, true, false, false},
                                       Regime::Random, false, 52, 3, {}, 5);
   check_step_differences<RetNetFam<1>>({5, 5, 2, 2, 0, 9, true, false, false}, Regime::Random,
                                        false, 53, 4, {0.9, 0.8}, 3);
@@ -472,9 +462,9 @@ TEST_CASE("linear state step backward: a chain of steps equals the sequence's ba
           "[linear_state_backward]") {
   const std::vector<double> retnet{1 - 1.0 / 32, 1 - 1.0 / 64, 1 - 1.0 / 128, 1 - 1.0 / 256};
   // RoPE-like near 10^6 with RetNet's decays, grouped-query heads; without decays.
-  check_chain<RopeBankFam>({24, 24, 4, 2, 1e6, 1e6 + 300, true, false, false}, Regime::Random, 0,
+  check_chain<RetNetRotationFam>({24, 24, 4, 2, 1e6, 1e6 + 300, true, false, false}, Regime::Random, 0,
                            false, 61, 6, retnet);
-  check_chain<RopeBankFam>({20, 20, 2, 2, 0, 40, true, false, false}, Regime::Random, 0, false, 62,
+  check_chain<RetNetRotationFam>({20, 20, 2, 2, 0, 40, true, false, false}, Regime::Random, 0, false, 62,
                            5, {});
   // A damped rotation bank; every block type with Jordan chains, with and without decays; its
   // basis change.
@@ -491,7 +481,7 @@ TEST_CASE("linear state step backward: a chain of steps equals the sequence's ba
 TEST_CASE("linear state backward: two calls continuing a state", "[linear_state_backward]") {
   check_two_calls<MixedFam>({14, 17, 4, 2, 0, 30, true, false, false}, Regime::Random, 2, false,
                             71, 3, {0.9, 0.95, 0.97, 0.99});
-  check_two_calls<RopeBankFam>({18, 15, 2, 1, 1e6, 1e6 + 100, true, false, false}, Regime::Random,
+  check_two_calls<RetNetRotationFam>({18, 15, 2, 1, 1e6, 1e6 + 100, true, false, false}, Regime::Random,
                                0, false, 72, 4, {});
 }
 
