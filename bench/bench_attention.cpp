@@ -2,13 +2,17 @@
 // attention on the tile driver shared with peal::scores, against the baselines that matter
 // (results and the commands: bench/README.md, "Attention"). f32, d = dv = 128.
 //
-//   prefill/<enc>/<n>/<threads>    4 heads (Hq = Hk = 4), RoPE (peal::rope preset, half-
-//       split), positions 0..n-1, non-causal (rope) or causal (rope_causal). Contenders, run
-//       back to back in each iteration: peal::attention; the unfused pipeline (peal::scores
-//       into an [H, n, n] buffer, a row softmax, then Eigen's GEMM P_h V_h per head); the
-//       two plain Eigen GEMMs Q_h K_h^T and P_h V_h of the same shapes (no encoding, no
-//       softmax: the speed of light). GFLOPS = useful FLOPs / median time, useful FLOPs =
-//       4 n^2 d H (non-causal) or half of it (causal), for every contender alike.
+//   prefill/<enc>/<n>/<threads>    4 heads (Hq = Hk = 4), n = 512, 1024, 2048, positions
+//       0..n-1; <enc>: RoPE fused (rope: the peal::rope preset, half-split) or the identity
+//       encoding (identity: peal::PassThrough, plain attention), non-causal or causal
+//       (<enc>_causal). Contenders, run back to back in each iteration: peal::attention; the
+//       unfused pipeline (peal::scores into an [H, n, n] buffer, a row softmax, then Eigen's
+//       GEMM P_h V_h per head); the two plain Eigen GEMMs Q_h K_h^T and P_h V_h of the same
+//       shapes (no encoding, no softmax: the speed of light); causal rows also the same
+//       peal::attention call without the mask (noncausal: vs_noncausal = t_noncausal /
+//       t_causal, 2 when the masked half of the pairs costs nothing). GFLOPS = useful FLOPs /
+//       median time, useful FLOPs = 4 n^2 d H (non-causal) or half of it (causal), for every
+//       contender alike (noncausal_GFLOPS too: read vs_noncausal).
 //   threads/<enc>/<n>              peal::attention with threads = 2 against threads = 1.
 //   decode/<mode>/<threads>        one query, 32 query heads over 8 KV heads (GQA), a
 //       cache of 32768 keys: raw keys at positions 0..nk-1 rebased inside (raw) or keys
@@ -96,11 +100,11 @@ PrefillData& prefill_data(Index n) {
   return *p;
 }
 
-void BM_prefill(benchmark::State& state, bool causal) {
+template <class E>
+void BM_prefill(benchmark::State& state, const E& enc, bool causal) {
   const Index n = state.range(0), H = kPrefillHeads, d = kDim;
   const int threads = int(state.range(1));
   PrefillData& D = prefill_data(n);
-  const auto enc = rope_preset();
   const auto pos = Positions::sequence(0.0);
   const TensorView<const float> q(D.q.data(), n, H, d), k(D.k.data(), n, H, d),
       v(D.v.data(), n, H, d);
@@ -113,6 +117,11 @@ void BM_prefill(benchmark::State& state, bool causal) {
   so.threads = threads;
   auto fused = [&] {
     peal::attention(enc, q, pos, k, pos, v, TensorView<float>(D.out.data(), n, H, d), ao);
+  };
+  AttentionOptions nc = ao;
+  nc.causal = false;
+  auto noncausal = [&] {
+    peal::attention(enc, q, pos, k, pos, v, TensorView<float>(D.out_unfused.data(), n, H, d), nc);
   };
   auto unfused = [&] {
     peal::scores(enc, q, pos, k, pos, TensorView<float>(D.p.data(), H, n, n), so);
@@ -128,9 +137,10 @@ void BM_prefill(benchmark::State& state, bool causal) {
   unfused();
   const double diff = max_abs_diff(D.out, D.out_unfused);
   const double flops = 4.0 * double(n) * double(n) * double(d) * double(H) * (causal ? 0.5 : 1.0);
-  paired_run(state,
-             {{"", threads, fused}, {"unfused", threads, unfused}, {"gemms", threads, gemms}},
-             flops * 1e-9, "GFLOPS");
+  std::vector<Contender> cs = {
+      {"", threads, fused}, {"unfused", threads, unfused}, {"gemms", threads, gemms}};
+  if (causal) cs.push_back({"noncausal", threads, noncausal});
+  paired_run(state, cs, flops * 1e-9, "GFLOPS");
   state.counters["max_diff"] = diff;
 }
 
@@ -578,9 +588,18 @@ void BM_fma_peak(benchmark::State& state) {
   };
   for (bool causal : {false, true}) {
     const std::string enc = causal ? "rope_causal" : "rope";
-    auto* p = paired("prefill/" + enc, [causal](benchmark::State& s) { BM_prefill(s, causal); });
-    for (Index n : {512, 2048})
-      for (Index t : {1, 2}) p->Args({n, t});
+    for (bool identity : {false, true}) {
+      auto* p = paired(
+          "prefill/" + std::string(identity ? "identity" : "rope") + (causal ? "_causal" : ""),
+          [causal, identity](benchmark::State& s) {
+            if (identity)
+              BM_prefill(s, peal::PassThrough<double>(int(kDim)), causal);
+            else
+              BM_prefill(s, rope_preset(), causal);
+          });
+      for (Index n : {512, 1024, 2048})
+        for (Index t : {1, 2}) p->Args({n, t});
+    }
     paired("threads/" + enc, [causal](benchmark::State& s) { BM_prefill_threads(s, causal); })
         ->Arg(512)
         ->Arg(2048);

@@ -330,6 +330,51 @@ TEST_CASE("attention: every option against the long double reference", "[attenti
   }
 }
 
+TEST_CASE("attention: causal prefill along the staircase, n around the strip and tile sizes",
+          "[attention]") {
+  // Tile pairs cut by a mask are computed in strips of query rows, each over the key columns
+  // its rows may see (detail/tiled/tile_plan.hpp, plan_strips). Against the reference at n on
+  // either side of the strips (32 rows), the query tiles (256) and the key tiles (512), at
+  // irregular times: sorted, shuffled (causal by position, not by index), with a window,
+  // ALiBi and softcap, GQA (a strip per head of the group), xPos (rebased per tile pair: the
+  // product of one head) and tiles that do not line up with the strips.
+  const auto enc = peal::rope<double>(rope_config(32, peal::Layout::HalfSplit));
+  const auto el = peal::rope<long double>(rope_config(32, peal::Layout::HalfSplit));
+  const auto xe = peal::xpos<double>(32);
+  const auto xl = peal_test::rotation_bank_as<long double>(xe);
+  for (Index n : {1, 63, 64, 65, 511, 512, 513}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      std::vector<double> t = irregular(n, 1.7e9, unsigned(n + variant));
+      std::vector<double> s = t;
+      if (variant == 1) {  // queries and keys in another order, each
+        std::mt19937 rng{unsigned(n)};
+        std::shuffle(t.begin(), t.end(), rng);
+        std::shuffle(s.begin(), s.end(), rng);
+      }
+      const Problem p = make_problem(n, n, 4, 2, 32, 24, t, s, unsigned(7 * n + variant));
+      AttentionOptions o;
+      o.causal = true;
+      if (variant == 2) {
+        o.window = 3e3;  // ~20 keys at a mean gap of ~145
+        o.alibi_slopes = peal::alibi_slopes(4), o.softcap = 3;
+      }
+      if (variant == 4) o.query_tile = 100, o.key_tile = 48;
+      CAPTURE(n, variant);
+      std::string first;
+      int bad = 0;
+      if (variant == 3) {
+        const Run r = run(xe, p, o);
+        const Index tiles = key_splits(xe, p, o, 1, true);
+        bad = check_rows(xl, sizes_of(xl), p, o, r, {}, first, false, nullptr, false, tiles);
+      } else {
+        bad = check_rows(el, Sizes{}, p, o, run(enc, p, o), {}, first, false);
+      }
+      INFO(first);
+      CHECK(bad == 0);
+    }
+  }
+}
+
 TEST_CASE("attention: a test that can fail (a wrong option is caught)", "[attention]") {
   const auto enc = peal::rope<double>(rope_config(16, peal::Layout::Interleaved));
   const auto el = peal::rope<long double>(rope_config(16, peal::Layout::Interleaved));

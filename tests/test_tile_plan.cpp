@@ -3,6 +3,7 @@
 // stay within h of the tile's anchor, and marks the tiles whose offsets from their anchor
 // equal the reference tile's ("regular": one coefficient table serves them all); plan_run
 // cuts a whole run (tiles of both sides, blocks, key splits, threads) from its shape.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -212,4 +213,118 @@ TEST_CASE("run plan: threads only for work worth them, counts bounded", "[tile_p
   const RunPlan e = plan_run(empty.x);
   CHECK(e.units == 0);
   CHECK(e.query.size() == 0);
+}
+
+// ---- plan_strips: tile pairs cut by a mask, along the staircase ----------------------------
+
+namespace {
+
+using peal::detail::tiled::plan_strips;
+using peal::detail::tiled::TileStrip;
+
+// Pairs a run computes: Σ over tile pairs of its strips' areas; every pair a row sees is in a
+// strip of its row, the masked pairs inside a strip are in its columns [m0, m1) (the tightest
+// such range), and no row sees anything outside its strip. Returns the computed pairs.
+double computed_pairs(const Shape& sh, const RunPlan& p, bool causal, double window) {
+  auto sees = [&](double t, double s) { return !(causal && s > t) && t - s < window; };
+  double area = 0;
+  std::vector<TileStrip> st(std::size_t(p.max_strips()));
+  for (Index I = 0; I < p.query.size(); ++I)
+    for (Index J = 0; J < p.key.size(); ++J) {
+      const Index ns = plan_strips(p.query, I, p.key, J, sh.t.data(), sh.s.data(), causal, window,
+                                   p.strip_rows, st.data());
+      REQUIRE(ns <= p.max_strips());
+      const Index i0 = p.query.begin[std::size_t(I)], j0 = p.key.begin[std::size_t(J)];
+      std::vector<int> strip_of(std::size_t(p.query.rows(I)), -1);
+      for (Index k = 0; k < ns; ++k) {
+        const TileStrip& s = st[std::size_t(k)];
+        REQUIRE(s.r0 < s.r1);
+        REQUIRE(s.c0 < s.c1);
+        CHECK(s.r1 <= p.query.rows(I));
+        CHECK(s.c1 <= p.key.rows(J));
+        if (k > 0) CHECK(s.r0 >= st[std::size_t(k - 1)].r1);
+        if (p.strip_rows > 0) CHECK((s.r0 % p.strip_rows == 0));
+        area += double(s.r1 - s.r0) * double(s.c1 - s.c0);
+        Index m0 = s.c1, m1 = s.c0;  // the hull of the columns holding a masked pair
+        for (Index r = s.r0; r < s.r1; ++r) {
+          strip_of[std::size_t(r)] = int(k);
+          for (Index c = s.c0; c < s.c1; ++c)
+            if (!sees(sh.t[std::size_t(i0 + r)], sh.s[std::size_t(j0 + c)]))
+              m0 = std::min(m0, c), m1 = std::max(m1, c + 1);
+        }
+        if (m0 >= m1) {  // exact: only the columns with a masked pair compare positions
+          CHECK(!s.cut());
+        } else {
+          CHECK(s.m0 == m0);
+          CHECK(s.m1 == m1);
+        }
+      }
+      for (Index r = 0; r < p.query.rows(I); ++r)
+        for (Index c = 0; c < p.key.rows(J); ++c) {
+          if (!sees(sh.t[std::size_t(i0 + r)], sh.s[std::size_t(j0 + c)])) continue;
+          const int k = strip_of[std::size_t(r)];
+          REQUIRE(k >= 0);
+          CHECK(c >= st[std::size_t(k)].c0);
+          CHECK(c < st[std::size_t(k)].c1);
+        }
+    }
+  return area;
+}
+
+}  // namespace
+
+TEST_CASE("run plan: causal tile pairs are computed along the staircase", "[tile_plan]") {
+  // A sink that takes strips (attention) under the causal mask: the pairs computed past the
+  // diagonal are at most strip_rows / 2 per query row (strips of strip_rows rows), not the
+  // whole diagonal tile pairs (n = 512: one 512-key tile, every pair computed).
+  for (Index n : {Index(1), Index(63), Index(64), Index(65), Index(511), Index(512), Index(513),
+                  Index(1024), Index(2048)}) {
+    Shape sh(n, n, 128, 4, 4);
+    sh.x.strips = true;
+    sh.x.causal = true;
+    const RunPlan p = plan_run(sh.x);
+    check_run_plan(sh.x, p);
+    REQUIRE(p.strip_rows > 0);
+    const double visible = double(n) * double(n + 1) / 2;
+    const double area = computed_pairs(sh, p, true, std::numeric_limits<double>::infinity());
+    CAPTURE(n, area, visible);
+    CHECK(area >= visible);
+    CHECK(area <= visible + double(n) * double(p.strip_rows) / 2);
+  }
+  // No mask, or a sink that does not take strips: no strips (whole tile pairs).
+  Shape sh(512, 512, 128, 4, 4);
+  sh.x.strips = true;
+  CHECK(plan_run(sh.x).strip_rows == 0);
+  sh.x.strips = false;
+  sh.x.causal = true;
+  CHECK(plan_run(sh.x).strip_rows == 0);
+}
+
+TEST_CASE("run plan: strips with irregular, unsorted positions and windows", "[tile_plan]") {
+  // Masks are by position: with any order of positions every visible pair is in its row's
+  // strip and the masked columns are exact (computed_pairs); with a window the strips end on both
+  // sides.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(-3, 3);
+  for (int variant = 0; variant < 4; ++variant) {
+    const Index nq = 300, nk = 700;
+    Shape sh(nq, nk, 64, 2, 1);
+    double base = 1.7e9;
+    for (auto& x : sh.s) x = base += std::pow(10.0, u(rng));
+    for (Index i = 0; i < nq; ++i) sh.t[std::size_t(i)] = sh.s[std::size_t(2 * i + 1)];
+    if (variant & 1) {  // shuffled queries and keys (the tiles' spreads grow: rate 0 here)
+      std::shuffle(sh.t.begin(), sh.t.end(), rng);
+      std::shuffle(sh.s.begin(), sh.s.end(), rng);
+    }
+    const bool causal = variant != 2;
+    const double window = variant >= 2 ? 2e4 : std::numeric_limits<double>::infinity();
+    sh.x.strips = true, sh.x.causal = causal, sh.x.window = window;
+    sh.x.query_tile = 100, sh.x.key_tile = 48;
+    const RunPlan p = plan_run(sh.x);
+    REQUIRE(p.strip_rows > 0);
+    CAPTURE(variant);
+    const double area = computed_pairs(sh, p, causal, window);
+    CHECK(area <= double(nq) * double(nk));
+    if (variant == 0) CHECK(area <= 0.5 * double(nq) * double(nk) + nq * p.strip_rows);
+  }
 }

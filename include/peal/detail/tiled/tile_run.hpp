@@ -76,6 +76,9 @@ class TileRun {
   // What a staged key tile holds (RunPlan::stage): half-like keys are converted to the
   // arithmetic type as they are staged, so that the staged rows are read like float keys.
   using KS = std::conditional_t<is_half_like<TK>, C, TK>;
+  // The sink computes tile pairs cut by a mask along their staircase (plan_strips); not with
+  // per-pair polynomial parts, which are written over whole rows.
+  static constexpr bool kStrips = takes_strips<Sink>::value && !PE::active;
 
  public:
   TileRun(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
@@ -221,6 +224,7 @@ class TileRun {
         xcoef = a.take<C>(std::max(r.coef_, 1));
         scratch = a.take<C>(4 * kd + 4);
         row0 = a.take<Index>(r.plan_.tiles_per_block + 1);
+        strips = a.take<TileStrip>(takes_strips<Sink>::value ? r.plan_.max_strips() : 0);
         blockA = a.take<C>(kc * mc);
         blockB = a.take<C>(kc * nc);
         psoa = a.take<C>(r.poly_.width() * pl);
@@ -243,6 +247,9 @@ class TileRun {
     PolyWork<C> poly;
     Buf<Out> rbias, cbias;
     Buf<Index> row0;
+    Buf<TileStrip> strips;     // the strips of the current tile pair (kStrips)
+    Index nstrips = 0;         // their count
+    bool whole = true;         // the current pair is computed whole (one strip, every pair)
     typename Sink::Work sink;  // the sink's own per-thread memory
   };
 
@@ -331,7 +338,9 @@ class TileRun {
     const bool bias = alibi && direct;  // (buffered tiles get it in the epilogue)
     const C* PEAL_RESTRICT rb = reinterpret_cast<const C*>(ws.rbias.data());  // Out == C here
     const C* PEAL_RESTRICT cb = reinterpret_cast<const C*>(ws.cbias.data());
-    if (out_cm_) {  // column j: queries contiguous
+    if (!ws.whole) {  // kStrips: a buffered row-major tile, no bias, no polynomial parts
+      strip_products(ws, a, lda, b, ldb, res, ldr, alpha);
+    } else if (out_cm_) {  // column j: queries contiguous
       if constexpr (PE::active) poly_queries(ws, h, I);
       for (Index j = 0; j < n; ++j) {
         C* PEAL_RESTRICT o = res + j * ldr;
@@ -356,7 +365,7 @@ class TileRun {
         if constexpr (PE::active) poly_query_line(ws, h, I, i, o);
       }
     }
-    if (d_ > 0) {
+    if (d_ > 0 && ws.whole) {
       if (out_cm_)
         gemm_abt<C, Eigen::ColMajor>(m, n, d_, a, lda, b, ldb, res, ldr, alpha, ws.blocking);
       else
@@ -364,6 +373,19 @@ class TileRun {
     }
     if (direct && mask == TileMask::none) return;
     epilogue(ws, h, I, J, res, ldr, mask, alibi && !direct);
+  }
+
+  // res (row-major, ldr) = alpha a b^T on the strips of the current pair only (ws.strips):
+  // rows [r0, r1) of a times columns [c0, c1) of b, in the rectangles of for_each_strip_block.
+  void strip_products(Workspace& ws, const C* a, Index lda, const C* b, Index ldb, C* res,
+                      Index ldr, C alpha) const {
+    for_each_strip_block(ws.strips.data(), ws.nstrips, [&](Index r0, Index r1, Index c0, Index c1) {
+      C* o = res + r0 * ldr + c0;
+      for (Index i = 0; i < r1 - r0; ++i) std::fill_n(o + i * ldr, c1 - c0, C(0));
+      if (d_ > 0)
+        gemm_abt<C, Eigen::RowMajor>(r1 - r0, c1 - c0, d_, a + r0 * lda, lda, b + c0 * ldb, ldb, o,
+                                     ldr, alpha, ws.blocking);
+    });
   }
 
   // ALiBi of head h for tile (I, J) into ws.rbias, ws.cbias (false: no bias for this head).
@@ -595,12 +617,35 @@ class TileRun {
       return;
     }
     const Index n = qp().rows(I), nkj = kp().rows(J);
+    if constexpr (takes_strips<Sink>::value) {
+      // The pair's strips: where a mask can cut it, the staircase (plan_strips); else whole.
+      ws.nstrips = 1;
+      if (kStrips && plan_.strip_rows > 0)
+        ws.nstrips = plan_strips(qp(), I, kp(), J, epi_.t(), epi_.s(), opt_.causal, epi_.window(),
+                                 plan_.strip_rows, ws.strips.data());
+      else
+        ws.strips[0] = TileStrip{
+            0, n, 0, nkj, 0, pair_cut(qp(), I, kp(), J, opt_.causal, epi_.window()) ? nkj : 0};
+      if (ws.nstrips == 0) {  // no row of the tile sees a key of it
+        for (Index g = 0; g < G_; ++g) sink_->masked(*this, ws.sink, kh * G_ + g, I, J);
+        return;
+      }
+      const TileStrip& s0 = ws.strips[0];
+      ws.whole = ws.nstrips == 1 && s0.r0 == 0 && s0.r1 == n && s0.c0 == 0 && s0.c1 == nkj;
+      sink_->strips(ws.sink, ws.strips.data(), ws.nstrips);
+    }
     if (grouped_) {  // every head of the group in one GEMM (tile slices are consecutive)
       C* res = tile_of(ws, kh * G_, I, J);
-      std::fill_n(res, G_ * n * nkj, C(0));
-      if (d_ > 0)
-        gemm_abt<C, Eigen::RowMajor>(G_ * n, nkj, d_, query_rows(ws, kh, I0, I, 0), d_, keys.rows,
-                                     keys.ld, res, nkj, C(opt_.scale), ws.blocking);
+      if (ws.whole) {
+        std::fill_n(res, G_ * n * nkj, C(0));
+        if (d_ > 0)
+          gemm_abt<C, Eigen::RowMajor>(G_ * n, nkj, d_, query_rows(ws, kh, I0, I, 0), d_, keys.rows,
+                                       keys.ld, res, nkj, C(opt_.scale), ws.blocking);
+      } else {  // along the staircase, head by head
+        for (Index g = 0; g < G_; ++g)
+          strip_products(ws, query_rows(ws, kh, I0, I, g), d_, keys.rows, keys.ld,
+                         res + g * n * nkj, nkj, C(opt_.scale));
+      }
     }
     const C* qcoef = nullptr;
     if (rebase_ == Rebase::two_step && !identity_) {  // the cross factor A(T_I − S_J)^T
@@ -681,6 +726,9 @@ class TileRun {
 #endif
     x.splits_keys = Sink::splits_keys;
     x.packed_keys = k_.strides().elem == 1 && k_.strides().head == d_;
+    x.strips = kStrips;
+    x.causal = opt.causal;
+    x.window = epi_.window();
     return x;
   }
 

@@ -1,8 +1,9 @@
 // The sink protocol of the tile driver (detail/tiled/tile_run.hpp), checked by TileRun with
 // is_tile_sink, and what the sinks that take the driver's tiles in place share: attention's
-// online softmax (detail/tiled/attention_sink.hpp) and linear attention's S V (detail/tiled/linear_sink.hpp)
-// both work on the driver's tile buffer, never let the GEMM write elsewhere, and multiply
-// each tile into V rows in the arithmetic type. scores' sink: detail/tiled/scores_sink.hpp.
+// online softmax (detail/tiled/attention_sink.hpp) and linear attention's S V
+// (detail/tiled/linear_sink.hpp) both work on the driver's tile buffer, never let the GEMM write
+// elsewhere, and multiply each tile into V rows in the arithmetic type. scores' sink:
+// detail/tiled/scores_sink.hpp.
 //
 // A Sink has
 //   value_type                    what the epilogue writes (the tile's element type);
@@ -20,6 +21,11 @@
 //   key_tile(run, work, kh, J), tile_done(run, work, tile, h, I, J) (one head's finished
 //   tile), group_done(run, work, tile, kh, I, J) (every head of the group),
 //   unit_begin/unit_end(run, work, kh, I0, I1, split), finish(run).
+// Optionally, takes_strips (constexpr bool, true) and strips(work, const TileStrip*, count):
+// the sink computes a tile pair in strips (detail/tiled/tile_plan.hpp, plan_strips). Before
+// the tiles of every computed pair the driver hands it the pair's strips (one strip {0, m,
+// 0, n} for a pair computed whole); only the pairs inside them hold scores, and tile_done and
+// group_done must read nothing else. A pair cut by a mask is then computed along its staircase.
 // The members that take the run are templates over it; is_tile_sink checks the others.
 #pragma once
 
@@ -46,6 +52,13 @@ struct is_tile_sink<
     : std::bool_constant<std::is_same<std::remove_cv_t<decltype(S::in_place)>, bool>::value &&
                          std::is_same<std::remove_cv_t<decltype(S::splits_keys)>, bool>::value &&
                          std::is_same<std::remove_cv_t<decltype(S::applies_masks)>, bool>::value> {};
+
+/// Whether a sink takes tile pairs in strips (its takes_strips; false when it has none).
+template <class S, class = void>
+struct takes_strips : std::false_type {};
+template <class S>
+struct takes_strips<S, std::void_t<decltype(S::takes_strips)>>
+    : std::bool_constant<bool(S::takes_strips)> {};
 
 /// The members of the sink protocol that an in-place sink answers the same way; a sink
 /// derives from it and adds the rest (Work, window, unit_begin, key_tile, tile_done, ...).
