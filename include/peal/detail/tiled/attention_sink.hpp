@@ -294,8 +294,7 @@ class AttentionSink : public InPlaceSink<C> {
   // stay bitwise those of a run without it).
   void products(Work& w, const C* tile, Index G, Index m, Index n, const C* vrows, Index ldv,
                 C* o) const {
-    const TileStrip& s0 = w.strips[0];
-    if (w.nstrips == 1 && s0.r0 == 0 && s0.r1 == m && s0.c0 == 0 && s0.c1 == n) {  // whole
+    if (whole_pair(w.strips, w.nstrips, m, n)) {
       eigen_gemm::gemm_ab<C, Eigen::RowMajor>(G * m, dv_, n, tile, n, vrows, ldv, o, dv_, C(1),
                                               w.blocking);
       return;

@@ -255,6 +255,12 @@ struct TileStrip {
   bool cut() const { return m0 < m1; }
 };
 
+/// Whether strips st[0, n) are a rows x cols tile pair whole: one strip, every row and column
+/// (the driver and the attention sink then run one product over the pair).
+inline bool whole_pair(const TileStrip* st, Index n, Index rows, Index cols) {
+  return n == 1 && st[0].r0 == 0 && st[0].r1 == rows && st[0].c0 == 0 && st[0].c1 == cols;
+}
+
 /// Whether the causal mask or the window masks some pair of tile pair (I, J) (from the
 /// tiles' position ranges: true may be conservative, false is exact).
 inline bool pair_cut(const TilePlan& qp, Index I, const TilePlan& kp, Index J, bool causal,

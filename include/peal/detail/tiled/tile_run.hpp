@@ -630,8 +630,7 @@ class TileRun {
         for (Index g = 0; g < G_; ++g) sink_->masked(*this, ws.sink, kh * G_ + g, I, J);
         return;
       }
-      const TileStrip& s0 = ws.strips[0];
-      ws.whole = ws.nstrips == 1 && s0.r0 == 0 && s0.r1 == n && s0.c0 == 0 && s0.c1 == nkj;
+      ws.whole = whole_pair(ws.strips.data(), ws.nstrips, n, nkj);
       sink_->strips(ws.sink, ws.strips.data(), ws.nstrips);
     }
     if (grouped_) {  // every head of the group in one GEMM (tile slices are consecutive)
