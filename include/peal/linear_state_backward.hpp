@@ -411,6 +411,29 @@ class Run {
   mutable std::vector<double> DQ_, DK_, DV_, DS_;
 };
 
+// The checks of both public calls, then the backward (Pairs: the pairs within a call of
+// several tokens, linear_attention_backward's; a step has none).
+template <bool Pairs, class E, class C, class Tq, class Tk, class Tv, class Tdo, class Tds,
+          class Tdq, class Tdk, class Tdv, class Tdsi, class R>
+void check_and_run(const std::string& w, const LinearState<E, C>& state, const TensorView<Tq>& q,
+                   const Positions& tq, const TensorView<Tk>& k, const Positions& tk,
+                   const TensorView<Tv>& v, const TensorView<Tdo>& d_out,
+                   const TensorView<Tds>& d_state, const TensorView<Tdq>& dq,
+                   const TensorView<Tdk>& dk, const TensorView<Tdv>& dv,
+                   const TensorView<Tdsi>& d_state_in, const LinearStateGradients<R>& grads,
+                   const LinearAttentionOptions& opt, int threads) {
+  check(w, state, q, tq, k, tk, v, d_out, d_state, dq, dk, dv, d_state_in, grads);
+  const auto qr = detail::ro(q);
+  const auto kr = detail::ro(k);
+  const auto vr = detail::ro(v);
+  const auto dor = detail::ro(d_out);
+  const auto dsr = detail::ro(d_state);
+  Run<E, C, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, const std::remove_cv_t<Tv>,
+      const std::remove_cv_t<Tdo>, const std::remove_cv_t<Tds>, R>
+      run(state, qr, tq, kr, tk, vr, dor, dsr, grads, threads);
+  run.template run<Pairs>(opt, dq, dk, dv, d_state_in);
+}
+
 }  // namespace linear_state_backward
 }  // namespace detail
 
@@ -449,16 +472,8 @@ void linear_attention_backward(const E& enc, TensorView<Tq> q, const Positions& 
       st.norm != opt.normalization)
     detail::fail(w + ": the state was made with another scale, decay or normalization than "
                      "these options");
-  lsb::check(w, state, q, tq, k, tk, v, d_out, d_state, dq, dk, dv, d_state_in, grads);
-  const auto qr = detail::ro(q);
-  const auto kr = detail::ro(k);
-  const auto vr = detail::ro(v);
-  const auto dor = detail::ro(d_out);
-  const auto dsr = detail::ro(d_state);
-  lsb::Run<E, C, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, const std::remove_cv_t<Tv>,
-           const std::remove_cv_t<Tdo>, const std::remove_cv_t<Tds>, real_t<typename E::Scalar>>
-      run(state, qr, tq, kr, tk, vr, dor, dsr, grads, opt.threads);
-  run.template run<true>(opt, dq, dk, dv, d_state_in);
+  lsb::check_and_run<true>(w, state, q, tq, k, tk, v, d_out, d_state, dq, dk, dv, d_state_in,
+                           grads, opt, opt.threads);
 }
 
 /// Backward of state.step(k, v, q, s, out) (linear_state.hpp) for truncated backpropagation
@@ -491,16 +506,8 @@ void linear_state_step_backward(const LinearState<E, C>& state, TensorView<Tk> k
                  detail::tiled::extents(q.tokens(), q.heads(), q.dim()));
   if (threads < 0) detail::fail(w + ": threads must be >= 0");
   const Positions at(&s, 1);
-  lsb::check(w, state, q, at, k, at, v, d_out, d_state, dq, dk, dv, d_state_in, grads);
-  const auto qr = detail::ro(q);
-  const auto kr = detail::ro(k);
-  const auto vr = detail::ro(v);
-  const auto dor = detail::ro(d_out);
-  const auto dsr = detail::ro(d_state);
-  lsb::Run<E, C, const std::remove_cv_t<Tq>, const std::remove_cv_t<Tk>, const std::remove_cv_t<Tv>,
-           const std::remove_cv_t<Tdo>, const std::remove_cv_t<Tds>, real_t<typename E::Scalar>>
-      run(state, qr, at, kr, at, vr, dor, dsr, grads, threads);
-  run.template run<false>(LinearAttentionOptions{}, dq, dk, dv, d_state_in);
+  lsb::check_and_run<false>(w, state, q, at, k, at, v, d_out, d_state, dq, dk, dv, d_state_in,
+                            grads, LinearAttentionOptions{}, threads);
 }
 
 }  // namespace peal
