@@ -43,9 +43,9 @@ def both(b, name, unit):
 G, B = "GFLOPS", "GBps"
 table("prefill: useful GFLOP/s, median (fastest run); vs_x = median of t_x / t_peal "
       "(causal rows: vs_noncausal 2 = the masked half costs nothing)",
-      ["case", "n", "threads", "peal", "unfused", "2 GEMMs", "vs_unfused", "vs_gemms",
+      ["case", "n", "threads", "heads", "peal", "unfused", "2 GEMMs", "vs_unfused", "vs_gemms",
        "vs_noncausal"],
-      [[a[0], a[1], a[2], both(b, "", G), both(b, "unfused", G), both(b, "gemms", G),
+      [[a[0], a[1], a[2], a[3], both(b, "", G), both(b, "unfused", G), both(b, "gemms", G),
         f2(b["vs_unfused"]), f2(b["vs_gemms"]), f2(b.get("vs_noncausal"))]
        for a, b in groups["prefill"]])
 table("prefill, 2 threads vs 1 (speed-up: median of t_1thread / t_2threads)",
