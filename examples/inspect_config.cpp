@@ -4,8 +4,8 @@
 //   peal_inspect config.json [--seq-len N] [--plot wavelengths.png]   a Hugging Face config
 //   peal_inspect model.gguf  [--seq-len N] [--plot wavelengths.png]   a GGUF file (by magic)
 //   peal_inspect                                                      a built-in Llama 3.1
-//   peal_inspect --generator X.txt|X.npy                              A(τ) = exp(τX)
-//   peal_inspect --transition M.txt|M.npy [--pad-unpaired]            A(n) = Mⁿ, integer n
+//   peal_inspect --generator X.txt|X.npy [tolerances]                 A(τ) = exp(τX)
+//   peal_inspect --transition M.txt|M.npy [--pad-unpaired] [tolerances] A(n) = Mⁿ, integer n
 //
 // For a config.json it first prints the model's layers (model_positions_from_hf): the layer
 // pattern compressed ("layers 0-4, 6-10: rope theta 10000 ..., sliding window 1024"), where
@@ -44,6 +44,10 @@
 // then the warnings (growth, an ill-conditioned P, a residual above sqrt(u)). Errors (a ragged
 // or non-numeric line, NaN, a non-square or unsupported .npy, the library's refusals) are
 // prefixed by the file; exit status 1.
+// [tolerances]: --cluster C, --coupling Z, --rank R, --zero E, --skew S, --kappa-warning K set
+// the CanonicalOptions of the same names (include/peal/canonical_form.hpp; each a number, which
+// the library requires finite and > 0); the report's "tolerances" line shows the values used
+// and the "decided" lines what they decided.
 //
 // Built as the target peal_inspect (examples/CMakeLists.txt); tested by
 // tests/inspect_check.cpp (ctest peal_inspect_configs).
@@ -85,14 +89,29 @@ struct Args {
   std::string matrix;       // --generator / --transition: the matrix file
   bool transition = false;  // the matrix is M = A(1), not X
   bool pad_unpaired = false;
+  peal::CanonicalOptions tolerances;  // --cluster, --coupling, ... (--generator, --transition)
+  bool any_tolerance = false;
 };
+
+// The tolerance options and the CanonicalOptions field each one sets.
+std::optional<double>* tolerance_option(peal::CanonicalOptions& o, const std::string& flag) {
+  if (flag == "--cluster") return &o.cluster;
+  if (flag == "--coupling") return &o.coupling;
+  if (flag == "--rank") return &o.rank;
+  if (flag == "--zero") return &o.zero;
+  if (flag == "--skew") return &o.skew;
+  if (flag == "--kappa-warning") return &o.kappa_warning;
+  return nullptr;
+}
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "peal_inspect: %s\nusage: peal_inspect [config.json | model.gguf] [--seq-len N] "
                "[--plot wavelengths.png] [--layer-type T]\n"
-               "       peal_inspect --generator X.txt|X.npy\n"
-               "       peal_inspect --transition M.txt|M.npy [--pad-unpaired]\n",
+               "       peal_inspect --generator X.txt|X.npy [tolerances]\n"
+               "       peal_inspect --transition M.txt|M.npy [--pad-unpaired] [tolerances]\n"
+               "       tolerances: [--cluster C] [--coupling Z] [--rank R] [--zero E] [--skew S] "
+               "[--kappa-warning K]\n",
                msg);
   std::exit(1);
 }
@@ -110,6 +129,15 @@ Args parse_args(int argc, char** argv) {
       if (a.matrix.empty()) usage((s + " needs a file").c_str());
     } else if (s == "--pad-unpaired") {
       a.pad_unpaired = true;
+    } else if (std::optional<double>* t = tolerance_option(a.tolerances, s)) {
+      if (i + 1 >= argc) usage((s + " needs a value").c_str());
+      const std::string v = argv[++i];
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0') usage((s + " must be a number, got \"" + v + "\"").c_str());
+      if (*t) usage((s + " given twice").c_str());
+      *t = x;  // finite and > 0: checked by canonical_form, whose message names the option
+      a.any_tolerance = true;
     } else if (s == "--seq-len" || s == "--plot" || s == "--layer-type") {
       config_options = true;
       if (i + 1 >= argc) usage((s + " needs a value").c_str());
@@ -140,6 +168,9 @@ Args parse_args(int argc, char** argv) {
   if (!a.matrix.empty() && (!a.path.empty() || config_options))
     usage("--generator / --transition take no config file, --seq-len, --plot or --layer-type");
   if (a.pad_unpaired && !a.transition) usage("--pad-unpaired is for --transition");
+  if (a.any_tolerance && a.matrix.empty())
+    usage("--cluster, --coupling, --rank, --zero, --skew and --kappa-warning are for --generator "
+          "and --transition");
   return a;
 }
 
@@ -552,11 +583,12 @@ template <class S>
 void inspect_matrix_as(const Args& a, const peal::Matrix<S>& A) {
   if (a.transition) {
     peal::TransitionOptions opt;
+    static_cast<peal::CanonicalOptions&>(opt) = a.tolerances;
     opt.pad_unpaired = a.pad_unpaired;
     const peal::TransitionForm<S> tf = peal::from_transition(A, opt);
     print_canonical(tf.report, true, tf.sources, tf.padding);
   } else {
-    const peal::CanonicalForm<S> cf = peal::canonical_form(A);
+    const peal::CanonicalForm<S> cf = peal::canonical_form(A, a.tolerances);
     print_canonical(cf.report, false, {}, 0);
   }
 }

@@ -600,6 +600,41 @@ void generator_jordan() {
          "jordan: the growth warning:\n" + r.out);
 }
 
+// The tolerance options reach the library: X = Q diag(−1e−6, −0.5) ⊕ R(0.3, 0) Qᵀ. By default
+// (zero = 64 d u) the slow decay stays a decay; with --zero 1e-3 (|λ| below 1e−3 ‖X‖ ≈ 6e−4)
+// it is exactly 0, a constant coordinate; the tolerances line shows the value used. A value
+// that is not a number, or a tolerance without a matrix, is a usage error; a negative one is
+// the library's refusal, which names the option (for --transition too).
+void generator_tolerances() {
+  std::mt19937 rng(31);
+  Mat J = Mat::Zero(4, 4);
+  J(0, 0) = -1e-6, J(1, 1) = -0.5;
+  rotation(J, 2, 0.3, 0);
+  const Mat Q = random_orthogonal(4, rng);
+  const std::string path = write("slow_decay.txt", matrix_text(Q * J * Q.transpose(), " "));
+  const Run d = run("--generator \"" + path + "\"", "tolerance_default");
+  expect(d.status == 0 && line_after(d.out, "classification") == "1 rotation, 2 decays",
+         "tolerance default: classification " + line_after(d.out, "classification") + d.err);
+  const Run z = run("--generator \"" + path + "\" --zero 1e-3 --kappa-warning 50",
+                    "tolerance_zero");
+  expect(z.status == 0 &&
+             line_after(z.out, "classification") == "1 rotation, 1 decay, 1 constant coordinate",
+         "--zero 1e-3: classification " + line_after(z.out, "classification") + z.err);
+  const std::string tl = line_after(z.out, "tolerances");
+  expect(contains(tl, "zero 0.001,") && contains(tl, "kappa_warning 50"),
+         "--zero 1e-3 --kappa-warning 50: tolerances line " + tl);
+  expect(contains(z.out, "decided: "), "--zero 1e-3: no decided line:\n" + z.out);
+  const Run m = run("--transition \"" + path + "\" --zero -1", "tolerance_negative");
+  expect(m.status != 0 && contains(m.err, "tolerance zero must be finite and > 0"),
+         "--transition --zero -1: " + m.err);
+  const Run n = run("--generator \"" + path + "\" --rank x", "tolerance_not_number");
+  expect(n.status != 0 && contains(n.err, "--rank must be a number"), "--rank x: " + n.err);
+  const Run c = run("--cluster 1e-3", "tolerance_no_matrix");
+  expect(c.status != 0 && contains(c.err, "are for --generator"), "--cluster alone: " + c.err);
+  const Run t = run("--generator \"" + path + "\" --skew 1e-9 --skew 1e-9", "tolerance_twice");
+  expect(t.status != 0 && contains(t.err, "--skew given twice"), "--skew twice: " + t.err);
+}
+
 // A transition M = Q (−I₂ ⊕ R(0.5) ⊕ 0.9) Qᵀ: −1 twice is a rotation by π (wavelength 2
 // positions), R(0.5) a rotation at 0.5, 0.9 a decay of length 1/|log 0.9|.
 void transition_pi() {
@@ -740,6 +775,7 @@ int main(int argc, char** argv) {
     errors();
     generator_skew();
     generator_jordan();
+    generator_tolerances();
     transition_pi();
     matrix_errors();
   } catch (const std::exception& e) {
