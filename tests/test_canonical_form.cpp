@@ -35,6 +35,7 @@
 #include <peal/encode.hpp>
 #include <peal/scores.hpp>
 
+#include "canonical_bases.hpp"
 #include "tolerances.hpp"
 
 namespace {
@@ -43,6 +44,10 @@ using peal::CanonicalBlock;
 using Kind = CanonicalBlock::Kind;
 using MatL = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
 using Catch::Matchers::Contains;
+using peal_test::canonical::Basis;
+using peal_test::canonical::random_basis;
+using peal_test::canonical::random_orthogonal;
+using peal_test::canonical::terms;
 
 template <class S>
 struct CanonicalTol {
@@ -90,28 +95,6 @@ MatL make_J(const std::vector<Want>& ws) {
     o += w.size();
   }
   return J;
-}
-
-/// A random orthogonal n × n matrix (Gram–Schmidt of a Gaussian matrix).
-MatL random_orthogonal(int n, std::mt19937& rng) {
-  std::normal_distribution<double> g;
-  MatL A(n, n);
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) A(i, j) = g(rng);
-  using C = std::complex<long double>;  // the instantiation canonical_form compiles anyway
-  return peal::detail::canonical::orthonormalise<C>(A.cast<C>()).real();
-}
-
-/// P = U Σ Vᵀ with σ log-spaced in [1, kappa]: κ₂(P) = kappa exactly, P⁻¹ = V Σ⁻¹ Uᵀ.
-struct Basis {
-  MatL P, Pinv;
-};
-Basis random_basis(int n, long double kappa, std::mt19937& rng) {
-  const MatL U = random_orthogonal(n, rng), V = random_orthogonal(n, rng);
-  Eigen::Matrix<long double, Eigen::Dynamic, 1> s(n);
-  for (int i = 0; i < n; ++i) s(i) = std::pow(kappa, n > 1 ? (long double)i / (n - 1) : 0.0L);
-  return {U * s.asDiagonal() * V.transpose(),
-          V * s.cwiseInverse().asDiagonal() * U.transpose()};
 }
 
 int kind_order(Kind k) {
@@ -166,15 +149,6 @@ long double expm_error(const E& enc, const MatL& Xl, long double tau) {
   const MatL ref = (MatL(Xl * tau)).exp();
   const MatL got = enc.A(typename E::Real(tau)).template cast<long double>();
   return (got - ref).norm();
-}
-
-/// Σ(τ) = ‖ |P̂| |A_Ĵ(τ)| |P̂⁻¹| ‖_F of a returned encoding (the bound's scale, above).
-template <class E>
-long double terms(const E& enc, long double tau) {
-  const MatL P = enc.P().template cast<long double>().cwiseAbs();
-  const MatL Pi = enc.P_inverse().template cast<long double>().cwiseAbs();
-  const MatL A = enc.inner().A(typename E::Real(tau)).template cast<long double>().cwiseAbs();
-  return (P * A * Pi).norm();
 }
 
 const std::vector<Want> every_block = {

@@ -34,6 +34,7 @@
 
 #include <peal/from_transition.hpp>
 
+#include "canonical_bases.hpp"
 #include "tolerances.hpp"
 
 namespace test_from_transition {
@@ -43,6 +44,10 @@ using Kind = peal::CanonicalBlock::Kind;
 using MatL = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
 using CL = std::complex<long double>;
 using Catch::Matchers::Contains;
+using peal_test::canonical::Basis;
+using peal_test::canonical::random_basis;
+using peal_test::canonical::random_orthogonal;
+using peal_test::canonical::terms;
 constexpr long double kPi = 3.141592653589793238462643383279502884L;
 constexpr long double u_d = peal_test::Tol<double>::eps / 2;
 
@@ -104,35 +109,6 @@ Expect expected(const MBlock& b) {
   return {b.k == 1 ? Kind::Real : Kind::Jordan, b.k, lr, 0, 0, std::abs(b.z)};
 }
 
-MatL ft_random_orthogonal(int n, std::mt19937& rng) {
-  std::normal_distribution<double> g;
-  MatL A(n, n);
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) A(i, j) = g(rng);
-  using C = std::complex<long double>;  // the instantiation the reduction compiles anyway
-  return peal::detail::canonical::orthonormalise<C>(A.cast<C>()).real();
-}
-
-/// P = U Σ Vᵀ with σ log-spaced in [1, kappa]: κ₂(P) = kappa, P⁻¹ = V Σ⁻¹ Uᵀ.
-struct FtBasis {
-  MatL P, Pinv;
-};
-FtBasis ft_random_basis(int n, long double kappa, std::mt19937& rng) {
-  const MatL U = ft_random_orthogonal(n, rng), V = ft_random_orthogonal(n, rng);
-  Eigen::Matrix<long double, Eigen::Dynamic, 1> s(n);
-  for (int i = 0; i < n; ++i) s(i) = std::pow(kappa, n > 1 ? (long double)i / (n - 1) : 0.0L);
-  return {U * s.asDiagonal() * V.transpose(), V * s.cwiseInverse().asDiagonal() * U.transpose()};
-}
-
-/// Σ(τ) = ‖ |P̂| |A_Ĵ(τ)| |P̂⁻¹| ‖_F of a returned encoding.
-template <class E>
-long double ft_terms(const E& enc, long double tau) {
-  const MatL P = enc.P().template cast<long double>().cwiseAbs();
-  const MatL Pi = enc.P_inverse().template cast<long double>().cwiseAbs();
-  const MatL A = enc.inner().A(typename E::Real(tau)).template cast<long double>().cwiseAbs();
-  return (P * A * Pi).norm();
-}
-
 /// Mⁿ by binary powering, in long double (products written as lazy products: no GEMM).
 MatL ft_power(const MatL& M, long long n) {
   MatL R = MatL::Identity(M.rows(), M.cols()), B = M;
@@ -151,8 +127,8 @@ long double ft_small_power_bound(const peal::TransitionForm<double>& tf, long lo
                                  long double e_norm) {
   long double worst = 0;
   for (long long j = 0; j < n; ++j)
-    worst = std::max(worst, ft_terms(tf.encoding, (long double)j) * ft_terms(tf.encoding, (long double)(n - 1 - j)));
-  return 8 * u_d * (d + n * tf.report.norm) * ft_terms(tf.encoding, (long double)n) + n * e_norm * worst;
+    worst = std::max(worst, terms(tf.encoding, (long double)j) * terms(tf.encoding, (long double)(n - 1 - j)));
+  return 8 * u_d * (d + n * tf.report.norm) * terms(tf.encoding, (long double)n) + n * e_norm * worst;
 }
 
 /// Every block found equals one expected (kind, length, parameters within tol / |z|), the
@@ -210,7 +186,7 @@ TEST_CASE("from_transition: every kind of block of M through a random basis of c
   const MatL JM = make_JM(bs);
   const int d = int(JM.rows());
   const long double kappa = 10;
-  const FtBasis B = ft_random_basis(d, kappa, rng);
+  const Basis B = random_basis(d, kappa, rng);
   const Eigen::MatrixXd M = (B.P * JM * B.Pinv).cast<double>();
   const MatL Ml = M.cast<long double>();
   const long double nuM = Ml.norm(), mu_min = 0.5L;
@@ -228,9 +204,9 @@ TEST_CASE("from_transition: every kind of block of M through a random basis of c
   SECTION("exp(log M) = M") {
     const MatL A1 = tf.encoding.A(1.0).cast<long double>();
     CHECK((A1 - Ml).norm() <=
-          16 * d * kappa * u_d * nuM + 8 * u_d * (d + tf.report.norm) * ft_terms(tf.encoding, 1));
+          16 * d * kappa * u_d * nuM + 8 * u_d * (d + tf.report.norm) * terms(tf.encoding, 1));
     CHECK((tf.encoding.A(0.0) - Eigen::MatrixXd::Identity(d, d)).template cast<long double>().norm() <=
-          8 * u_d * d * ft_terms(tf.encoding, 0));  // P̂ P̂⁻¹ in double
+          8 * u_d * d * terms(tf.encoding, 0));  // P̂ P̂⁻¹ in double
   }
   SECTION("A(n) = Mⁿ at small n") {
     for (long long n : {2LL, 7LL}) {
@@ -267,7 +243,7 @@ void ft_check_powers(const Eigen::MatrixXd& M, const peal::TransitionOptions& o,
     INFO("n = " << n);
     const MatL ref = ft_power(Ml, n);
     const MatL An = tf.encoding.A(double(n)).cast<long double>();
-    const long double Sig = ft_terms(tf.encoding, (long double)n);
+    const long double Sig = terms(tf.encoding, (long double)n);
     const long double bound =
         (8 * u_d * (d + n * nuX) + n * (delta + kappa * kappa * eps_long * nuM / mu_min) +
          peal_test::Tol<long double>::matrix_chain(int(n), d) * kP * kP) * Sig;
@@ -288,7 +264,7 @@ TEST_CASE("from_transition: A(n) = M^n up to n = 10^6 (rotations, moduli near 1,
                                   {CL(-1.0L, 0), 1, true}};  // −1 twice: a rotation by π
   const MatL JM = make_JM(bs);
   const int d = int(JM.rows());
-  const FtBasis B = ft_random_basis(d, 10, rng);
+  const Basis B = random_basis(d, 10, rng);
   const Eigen::MatrixXd M = (B.P * JM * B.Pinv).cast<double>();
   SECTION("default tolerances (log-moduli within the zero tolerance set to 0)") {
     ft_check_powers(M, {}, 10);
@@ -312,7 +288,7 @@ TEST_CASE("from_transition: an orthogonal M gives pure rotations in an orthogona
                                   {CL(1.0L, 0), 1, false}};  // eigenvalue 1: a constant coordinate
   const MatL JM = make_JM(bs);
   const int d = int(JM.rows());
-  const MatL Q = ft_random_orthogonal(d, rng);
+  const MatL Q = random_orthogonal(d, rng);
   const Eigen::MatrixXd M = (Q * JM * Q.transpose()).cast<double>();
   const auto tf = peal::from_transition(M);
   INFO(tf.summary());
@@ -341,7 +317,7 @@ TEST_CASE("from_transition: a symmetric M with a repeated negative eigenvalue", 
                                   {CL(-3.0L, 0), 1, true}};  // −3 twice: a rotation by π
   const MatL JM = make_JM(bs);
   const int d = int(JM.rows());
-  const MatL Q = ft_random_orthogonal(d, rng);
+  const MatL Q = random_orthogonal(d, rng);
   const Eigen::MatrixXd M = (Q * JM * Q.transpose()).cast<double>();
   const auto tf = peal::from_transition(M);
   INFO(tf.summary());
@@ -391,7 +367,7 @@ TEST_CASE("from_transition: M = I, 1 x 1, a Jordan chain at 1", "[canonical]") {
 
 TEST_CASE("from_transition: an unpaired negative eigenvalue, refused or padded", "[canonical]") {
   std::mt19937 rng(3);
-  const FtBasis B = ft_random_basis(2, 10, rng);
+  const Basis B = random_basis(2, 10, rng);
   MatL J = MatL::Zero(2, 2);
   J(0, 0) = -2, J(1, 1) = 3;
   const Eigen::MatrixXd M = (B.P * J * B.Pinv).cast<double>();
