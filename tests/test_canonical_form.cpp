@@ -31,8 +31,10 @@
 #include <unsupported/Eigen/MatrixFunctions>
 #include <vector>
 
+#include <peal/attention.hpp>
 #include <peal/canonical_form.hpp>
 #include <peal/encode.hpp>
+#include <peal/linear_attention.hpp>
 #include <peal/scores.hpp>
 
 #include "canonical_bases.hpp"
@@ -254,7 +256,8 @@ TEST_CASE("canonical_form: a skew-symmetric generator gives pure rotations, orth
   }
 }
 
-TEST_CASE("canonical_form: the encoding runs through encode and scores", "[canonical]") {
+TEST_CASE("canonical_form: the encoding runs through encode, scores, attention and linear attention",
+          "[canonical]") {
   std::mt19937 rng(7);
   const std::vector<Want> ws = {{Kind::Real, 1, -0.3L, 0, 0},
                                 {Kind::Rotation, 1, 0, 0.8L, 0},
@@ -321,6 +324,73 @@ TEST_CASE("canonical_form: the encoding runs through encode and scores", "[canon
           const long double r = ref(h, i, j, scale);
           INFO("h " << h << " i " << i << " j " << j);
           CHECK(std::abs(out[std::size_t((h * nq + i) * nk + j)] - r) <= bound(i, j, scale));
+        }
+  }
+  // Values and the long double references of the two attentions: the per-pair scores above,
+  // softmax (attention) or the plain causal sum (linear attention, s_j <= t_i), times V.
+  const int dv = 3;
+  std::vector<double> v(std::size_t(nk * H * dv));
+  for (auto& x : v) x = U(rng);
+  const long double sc = 1 / std::sqrt((long double)d);  // both calls' default scale
+  auto vat = [&](int j, int h, int e) { return (long double)v[std::size_t((j * H + h) * dv + e)]; };
+  SECTION("attention") {
+    std::vector<double> out(std::size_t(nq * H * dv));
+    peal::attention(cf.encoding, peal::TensorView<const double>(q.data(), nq, H, d),
+                    peal::Positions(tq), peal::TensorView<const double>(k.data(), nk, H, d),
+                    peal::Positions(tk), peal::TensorView<const double>(v.data(), nk, H, dv),
+                    peal::make_view(out.data(), nq, H, dv), peal::AttentionOptions{});
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < nq; ++i) {
+        std::vector<long double> logit(static_cast<std::size_t>(nk));
+        long double delta = 0, L = 0, m = -INFINITY, V = 0;
+        for (int j = 0; j < nk; ++j) {
+          long double scale;
+          logit[std::size_t(j)] = sc * ref(h, i, j, scale);
+          delta = std::max(delta, sc * bound(i, j, scale));
+          L = std::max(L, std::abs(logit[std::size_t(j)]));
+          m = std::max(m, logit[std::size_t(j)]);
+        }
+        delta += peal_test::Tol<double>::attention_exponent(L);  // tests/tolerances.hpp
+        for (int e = 0; e < dv; ++e) {
+          long double num = 0, den = 0;
+          V = 0;
+          for (int j = 0; j < nk; ++j) {
+            const long double w = std::exp(logit[std::size_t(j)] - m);
+            num += w * vat(j, h, e), den += w;
+            V = std::max(V, std::abs(vat(j, h, e)));
+          }
+          const long double r = num / den;
+          INFO("h " << h << " i " << i << " e " << e);
+          CHECK(std::abs(out[std::size_t((i * H + h) * dv + e)] - r) <=
+                peal_test::Tol<double>::attention_out(delta, nk, nk, V) +
+                    peal_test::Tol<double>::eps * std::abs(r));
+        }
+      }
+  }
+  // The parallel form: the scores' tiles (the bound above per pair) times v_j summed in
+  // double, nk + 1 roundings of terms bounded by sc |r_ij| |v_j| (Higham, Thm 3.1), factor 2.
+  SECTION("linear attention, parallel form") {
+    std::vector<double> out(std::size_t(nq * H * dv));
+    peal::LinearAttentionOptions lo;
+    lo.form = peal::LinearForm::parallel;
+    peal::linear_attention(cf.encoding, peal::TensorView<const double>(q.data(), nq, H, d),
+                           peal::Positions(tq), peal::TensorView<const double>(k.data(), nk, H, d),
+                           peal::Positions(tk), peal::TensorView<const double>(v.data(), nk, H, dv),
+                           peal::make_view(out.data(), nq, H, dv), lo);
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < nq; ++i)
+        for (int e = 0; e < dv; ++e) {
+          long double r = 0, tol = 0;
+          for (int j = 0; j < nk && tk[std::size_t(j)] <= tq[std::size_t(i)]; ++j) {
+            long double scale;
+            const long double sij = ref(h, i, j, scale), vj = vat(j, h, e);
+            r += sc * sij * vj;
+            tol += sc * (bound(i, j, scale) + 2 * (nk + 1) * peal_test::Tol<double>::eps *
+                                                  std::abs(sij)) * std::abs(vj);
+          }
+          INFO("h " << h << " i " << i << " e " << e);
+          CHECK(std::abs(out[std::size_t((i * H + h) * dv + e)] - r) <=
+                tol + peal_test::Tol<double>::eps * std::abs(r));
         }
   }
 }
