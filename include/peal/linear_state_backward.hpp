@@ -26,13 +26,13 @@
 // 0. Arithmetic: double for the states, their adjoints and the sums (the state's own numbers are
 // read back through LinearState::matrix). Threads: over the key heads, each with its own sums,
 // added in head order: any thread count gives the bits of one thread.
-// Not differentiated: normalization = retnet (refused, as by linear_attention_backward) and the
-// positions (the state's time would need an adjoint of its own).
+// Not differentiated: normalization = retnet (refused: the state's running sum of decays would
+// need an adjoint; linear_attention_backward differentiates it for a call without a state) and
+// the positions (the state's time would need an adjoint of its own).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -42,6 +42,7 @@
 #include <Eigen/Core>
 
 #include "detail/overlap.hpp"
+#include "detail/parallel.hpp"
 #include "detail/storage.hpp"
 #include "encode.hpp"
 #include "encode_backward.hpp"
@@ -203,24 +204,7 @@ class Run {
     if (!omp_in_parallel()) nt = threads_ > 0 ? threads_ : omp_get_max_threads();
 #endif
     nt = int(std::max<Index>(1, std::min<Index>(std::min(nt, linear::kMaxThreads), Hk_)));
-    (void)nt;
-    std::exception_ptr err;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
-#endif
-    for (Index kh = 0; kh < Hk_; ++kh) {
-      try {
-        group(kh, parts[std::size_t(kh)]);
-      } catch (...) {
-#ifdef _OPENMP
-#pragma omp critical(peal_linear_state_backward_error)
-#endif
-        {
-          if (!err) err = std::current_exception();
-        }
-      }
-    }
-    if (err) std::rethrow_exception(err);
+    detail::parallel_each(Hk_, nt, [&](Index kh) { group(kh, parts[std::size_t(kh)]); });
     for (const Part& p : parts) join(p);  // key head order: deterministic
     if (!dq.empty()) linear_backward::write(dq, DQ_.data());
     if (!dk.empty()) linear_backward::write(dk, DK_.data());

@@ -28,7 +28,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -42,6 +41,7 @@
 #include "../../view.hpp"
 #include "../coders/coders.hpp"
 #include "../overlap.hpp"
+#include "../parallel.hpp"
 #include "../storage.hpp"
 #include "tile_plan.hpp"
 
@@ -256,23 +256,8 @@ class Run {
     std::vector<Shard>& shards = kept_shards();  // the calling thread's, seen by every thread
     if (Index(shards.size()) < S) shards.resize(std::size_t(S));
     const int nt = shard_threads(threads_, S);
-    std::exception_ptr err;  // the first failure (an allocation), rethrown after the region
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
-#endif
-    for (Index s = 0; s < S; ++s) {
-      try {
-        run_shard(s, S, shards[std::size_t(s)]);
-      } catch (...) {
-#ifdef _OPENMP
-#pragma omp critical(peal_backward_error)
-#endif
-        {
-          if (!err) err = std::current_exception();
-        }
-      }
-    }
-    if (err) std::rethrow_exception(err);
+    // A failure (an allocation) is rethrown after every shard ran.
+    parallel_each(S, nt, [&](Index s) { run_shard(s, S, shards[std::size_t(s)]); });
     join(shards, S, nt);
     for (Index J = 0; J < kp_.size(); ++J)
       backward_tile(ws_, /*query=*/false, J, ws_.dkhat, g_.parameters);

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <string>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "../../positions.hpp"
 #include "../../score_options.hpp"
 #include "../../view.hpp"
+#include "../parallel.hpp"
 #include "linear_ops.hpp"
 #include "linear_sink.hpp"
 #include "tile_run.hpp"
@@ -128,24 +128,7 @@ class LinearRun {
   // fn(x) for x < n on the threads (each x on one thread: results do not depend on them).
   template <class Fn>
   void each(Index n, Fn&& fn) const {
-    std::exception_ptr err;
-#ifdef _OPENMP
-    const int nt = int(std::min<Index>(threads_, n));
-    if (nt > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-      for (Index x = 0; x < n; ++x) {
-        try {
-          fn(x);
-        } catch (...) {
-#pragma omp critical(peal_linear_error)
-          if (!err) err = std::current_exception();
-        }
-      }
-      if (err) std::rethrow_exception(err);
-      return;
-    }
-#endif
-    for (Index x = 0; x < n; ++x) fn(x);
+    parallel_each(n, int(std::min<Index>(threads_, n)), fn);
   }
 
   // Per-group working memory.
