@@ -27,6 +27,12 @@
 //   step            one decode step of LinearState::step (update with k v^T at the next
 //       position, then read q; RoPE + decay, 4 heads) against the bare Eigen work of the same
 //       size per head: M += k v^T then o = M^T q. 64 steps per measurement.
+//   step_backward   linear_state_step_backward (include/peal/linear_state_backward.hpp) of 64
+//       steps at position 256 from a state of 256 steps (RoPE + decay, 4 heads): dk, dv, dq,
+//       ∂L/∂M carried through each step in place, the frequencies' and the decays' gradients;
+//       paired with 64 forward steps (fwd) and the bare Eigen work of the same size per head
+//       (dq = M d_out, ∂L/∂M += q d_outᵀ, dk = (∂L/∂M) v, dv = (∂L/∂M)ᵀ k: 8 d dv FLOPs, what
+//       GFLOPS counts per head and step); vs_x = x's time / the backward's.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -39,6 +45,8 @@
 #include <peal/linear_attention_backward.hpp>
 #include <string>
 #include <peal/linear_state.hpp>
+#include <peal/linear_state_backward.hpp>
+#include <peal/parameters.hpp>
 #include <peal/presets/retnet.hpp>
 #include <peal/scores.hpp>
 #include <utility>
@@ -244,6 +252,68 @@ void BM_step(benchmark::State& state) {
   state.counters["vs_bare_inverse"] = 1.0 / state.counters["vs_bare"];  // t_peal / t_bare
 }
 
+void BM_step_backward(benchmark::State& state) {
+  constexpr Index kSteps = 64, kHistory = 256;
+  const Index H = kHeads, d = kDim;
+  const auto enc = rope_preset();
+  const auto x = random_floats(std::size_t(3 * H * d * kSteps), 7);
+  const auto g = random_floats(std::size_t(H * d + H * d * d), 8);  // d_out, d_state
+  peal::LinearState<peal::RopeEncoding<double>, float> st(enc, H, H, d, options(LinearForm::recurrent, 0));
+  std::vector<float> o(std::size_t(H * d));
+  auto view = [&](const float* p) { return TensorView<const float>(p, 1, H, d); };
+  for (Index s = 0; s < kHistory; ++s) {
+    const float* base = x.data() + 3 * H * d * (s % kSteps);
+    st.step(view(base), view(base + H * d), view(base + 2 * H * d), double(s),
+            TensorView<float>(o.data(), 1, H, d));
+  }
+  std::vector<float> dk(std::size_t(H * d)), dv(dk.size()), dq(dk.size()),
+      dM(g.begin() + H * d, g.end());
+  std::vector<double> gp(static_cast<std::size_t>(peal::parameter_count(enc))),
+      gd(static_cast<std::size_t>(H));
+  const TensorView<float> dMv(dM.data(), H, d, d);
+  auto back = [&] {
+    for (Index s = 0; s < kSteps; ++s) {
+      const float* base = x.data() + 3 * H * d * s;
+      peal::linear_state_step_backward(st, view(base), view(base + H * d), view(base + 2 * H * d),
+                                       double(kHistory), view(g.data()), TensorView<const float>(dMv),
+                                       TensorView<float>(dk.data(), 1, H, d),
+                                       TensorView<float>(dv.data(), 1, H, d),
+                                       TensorView<float>(dq.data(), 1, H, d), dMv, {&gp, &gd}, 1);
+    }
+  };
+  auto fwd_state = st;
+  double t = double(kHistory);
+  auto fwd = [&] {
+    for (Index s = 0; s < kSteps; ++s) {
+      const float* base = x.data() + 3 * H * d * s;
+      fwd_state.step(view(base), view(base + H * d), view(base + 2 * H * d), t,
+                     TensorView<float>(o.data(), 1, H, d));
+      t += 1;
+    }
+  };
+  // The bare backward per head: dq = M' d_out (M' = M + k vᵀ), dM += q d_outᵀ, dk = dM v,
+  // dv = dMᵀ k: two matrix-vector products, a rank-1 update and one more product, ~8 d dv.
+  std::vector<Eigen::MatrixXf> M(std::size_t(H), Eigen::MatrixXf::Random(d, d)),
+      G(std::size_t(H), Eigen::MatrixXf::Random(d, d));
+  auto bare = [&] {
+    for (Index s = 0; s < kSteps; ++s) {
+      const float* base = x.data() + 3 * H * d * s;
+      for (Index h = 0; h < H; ++h) {
+        Eigen::Map<const Eigen::VectorXf> k(base + h * d, d), v(base + (H + h) * d, d),
+            q(base + (2 * H + h) * d, d), go(g.data() + h * d, d);
+        Eigen::Map<Eigen::VectorXf> dqh(dq.data() + h * d, d), dkh(dk.data() + h * d, d),
+            dvh(dv.data() + h * d, d);
+        dqh.noalias() = M[std::size_t(h)] * go;
+        G[std::size_t(h)].noalias() += q * go.transpose();
+        dkh.noalias() = G[std::size_t(h)] * v;
+        dvh.noalias() = G[std::size_t(h)].transpose() * k;
+      }
+    }
+  };
+  paired_run(state, {{"", 1, back}, {"fwd", 1, fwd}, {"bare", 1, bare}},
+             8.0 * double(H) * double(d) * double(d) * double(kSteps) * 1e-9, "GFLOPS");
+}
+
 [[maybe_unused]] const bool registered = [] {
   auto paired = [](const char* name, auto fn) {
     auto* b = benchmark::RegisterBenchmark(name, fn);
@@ -260,6 +330,7 @@ void BM_step(benchmark::State& state) {
   auto* c = paired("chunk", BM_chunk);
   for (Index C : {32, 64, 128, 256}) c->Arg(C);
   paired("step", BM_step)->Unit(benchmark::kMicrosecond);
+  paired("step_backward", BM_step_backward)->Unit(benchmark::kMicrosecond);
   return true;
 }();
 

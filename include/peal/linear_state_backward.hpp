@@ -267,7 +267,15 @@ class Run {
         encode_keys(enc_, TensorView<const double>(Kx.data(), nk_, 1, d_),
                     TensorView<double>(Khat.data(), nk_, 1, d_), Positions(relk));
     }
-    const std::vector<double> zeros(std::size_t(std::max<Index>(dv_, 1)), 0.0);
+    // The dv rows of a state-sized matrix share one position (0, or Δ for the transport): they
+    // go through the encode kernels as the dv heads of one token, so that the encoding's
+    // coefficients (sin/cos per pair) are formed once, not once per row. (A PerHead encoding
+    // would give each row a head's own encoding; LinearState takes none.)
+    static_assert(!linear_backward::per_head_encoding<E>::value, "LinearState takes no PerHead");
+    const double zero = 0;
+    const Positions at0(&zero, 1);
+    auto heads = [this](const RowMatrix& m) { return TensorView<const double>(m.data(), 1, dv_, d_); };
+    auto heads_out = [this](RowMatrix& m) { return TensorView<double>(m.data(), 1, dv_, d_); };
     for (Index x = 0; x < ns; ++x) {
       const Index sigma = kh * ns + x, h0 = heads_ == Hq_ ? sigma : kh * G_, R_ = heads_ == Hq_ ? 1 : G_;
       const double l = lam(sigma);
@@ -285,8 +293,7 @@ class Run {
         Mhat.resize(dv_, d_);
         dMhat.setZero(dv_, d_);
         if (d_ > 0 && dv_ > 0)
-          encode_keys(enc_, TensorView<const double>(Mrows.data(), dv_, 1, d_),
-                      TensorView<double>(Mhat.data(), dv_, 1, d_), Positions(zeros.data(), dv_));
+          encode_keys(enc_, heads(Mrows), heads_out(Mhat), at0);
         // The reads: queries at t_i − T against M̂.
         if (nq_ > 0 && d_ > 0)
           for (Index r = 0; r < R_; ++r) read_back(h0 + r, l, Mhat, dMhat, params, p);
@@ -294,24 +301,20 @@ class Run {
         if (!ds_.empty() && d_ > 0 && dv_ > 0) {
           const double delta = T1_ - T_, gd = std::exp(l * delta);
           RowMatrix Uhat(dv_, d_), dUhat(dv_, d_);
-          const std::vector<double> at(std::size_t(dv_), delta);
-          encode_queries(enc_, TensorView<const double>(U.data(), dv_, 1, d_),
-                         TensorView<double>(Uhat.data(), dv_, 1, d_), Positions(at));
+          const Positions at(&delta, 1);
+          encode_queries(enc_, heads(U), heads_out(Uhat), at);
           dUhat = gd * Mhat;
           dMhat += gd * Uhat;
           if (l != 0) p.dlam[std::size_t(h0)] += delta * gd * Uhat.cwiseProduct(Mhat).sum();
           if (params)
-            encode_queries_backward(enc_, TensorView<const double>(U.data(), dv_, 1, d_),
-                                    Positions(at), TensorView<const double>(dUhat.data(), dv_, 1, d_),
-                                    TensorView<double>(), {params});
+            encode_queries_backward(enc_, heads(U), at, heads(dUhat), TensorView<double>(),
+                                    {params});
         }
       }
       // The new keys into M': D̂ = F(0) D against k̂_j, times g_j v_j.
       if (keys && d_ > 0 && dv_ > 0) {
         RowMatrix Dhat(dv_, d_), dDhat(dv_, d_), GV(nk_, dv_), KD(nk_, dv_);
-        const Positions at0(zeros.data(), dv_);
-        encode_queries(enc_, TensorView<const double>(U.data(), dv_, 1, d_),
-                       TensorView<double>(Dhat.data(), dv_, 1, d_), at0);
+        encode_queries(enc_, heads(U), heads_out(Dhat), at0);
         std::vector<double> g(std::size_t(nk_), 1.0);
         for (Index j = 0; l != 0 && j < nk_; ++j) g[std::size_t(j)] = std::exp(-l * relk[std::size_t(j)]);
         const Eigen::Map<const Eigen::VectorXd> gv(g.data(), nk_);
@@ -326,17 +329,13 @@ class Run {
           for (Index j = 0; j < nk_; ++j)
             p.dlam[std::size_t(h0)] += -relk[std::size_t(j)] * GV.row(j).dot(KD.row(j));
         if (params)
-          encode_queries_backward(enc_, TensorView<const double>(U.data(), dv_, 1, d_), at0,
-                                  TensorView<const double>(dDhat.data(), dv_, 1, d_),
-                                  TensorView<double>(), {params});
+          encode_queries_backward(enc_, heads(U), at0, heads(dDhat), TensorView<double>(),
+                                  {params});
       }
       // ∂L/∂M = G(0)ᵀ dM̂ (an empty state: 0).
       if (!empty_ && d_ > 0 && dv_ > 0) {
         RowMatrix dMrows(dv_, d_);
-        encode_keys_backward(enc_, TensorView<const double>(Mrows.data(), dv_, 1, d_),
-                             Positions(zeros.data(), dv_),
-                             TensorView<const double>(dMhat.data(), dv_, 1, d_),
-                             TensorView<double>(dMrows.data(), dv_, 1, d_), {params});
+        encode_keys_backward(enc_, heads(Mrows), at0, heads(dMhat), heads_out(dMrows), {params});
         for (Index i = 0; i < d_; ++i)
           for (Index e = 0; e < dv_; ++e) dstate[i * dv_ + e] = dMrows(e, i);
       }
