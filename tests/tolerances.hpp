@@ -383,6 +383,38 @@ struct Tol {
   // moves o by cond_i |o|. (d + n + 8) eps for the first order u sums, factor 4 of slack.
   static long double linear_retention(int d, long n) { return 4.0L * (d + n + 8) * eps; }
 
+  // ---- linear_attention_backward with RetNet's normalisation
+  // (tests/test_linear_retnet_backward.cpp). S is the arithmetic type C. The backward is the
+  // unnormalised one with d_out's rows scaled by c_i = 1 / (sqrt(S_i) D_i), plus ∂L/∂S_i times
+  // ∂S_i (include/peal/detail/tiled/linear_retnet_backward.hpp). Relative to each result's
+  // Σ |terms| (as score_gradient):
+  //   score_gradient(d, 1, 0, x, N): the scores backward's terms, N terms summed;
+  //   cond (2 (d + 16) eps + phase(x)): D_i, an abs sum of scores (or the 1-norm of a chunk
+  //     state: sums of the same products), carries their relative error times its conditioning
+  //     cond = Σ |term| bounds / D_i (linear_retention's cond_i), and every term of row i is
+  //     divided by it;
+  //   roundings(3 n): S_i, a recurrence over <= n keys of one exponential (two roundings, libm
+  //     faithful) and one addition each.
+  static long double retnet_gradient(int d, long double x, long N, long n, long double cond) {
+    return score_gradient(d, 1, 0, x, N) + cond * (2.0L * (d + 16) * eps + phase(x)) +
+           roundings(int(3 * n));
+  }
+  // A derivative against the fourth-order central difference of a function L computed in S,
+  // D(h) = (L(x − 2h) − 8 L(x − h) + 8 L(x + h) − L(x + 2h)) / 12h = L′(x) + T(h):
+  //   difference_rounding(h, k, F) = 1.5 roundings(k) F / h: each L carries at most
+  //     roundings(k) F (k roundings on the path of each of its terms, F = Σ |terms|), weighted
+  //     (1 + 8 + 8 + 1) / 12h; it also bounds the two-point D(h) = (L(x + h) − L(x − h)) / 2h
+  //     (weights 1/h), which for an L affine in x has no truncation;
+  //   difference_truncation(D(h), D(2h)) = 2 |D(2h) − D(h)| / 15: T(h) = c h⁴ + O(h⁶) (the
+  //     remainder −h⁴ L⁽⁵⁾(ξ) / 30), so D(2h) − D(h) = 15 c h⁴ + O(h⁶): the doubled step measures
+  //     the truncation (Richardson), with a factor 2 for the O(h⁶) part.
+  static long double difference_rounding(long double h, int k, long double F) {
+    return 1.5L * roundings(k) * F / h;
+  }
+  static long double difference_truncation(long double D_h, long double D_2h) {
+    return 2 * std::abs(D_2h - D_h) / 15;
+  }
+
   // ---- linear attention (tests/linear_suite.hpp, test_linear_attention.cpp,
   // test_linear_families.cpp). S is the arithmetic type C. Against the long double double sum
   //   o_ie = scale sum_j gamma^tau_ij (q_i^T A(tau_ij) k_j) v_je,

@@ -25,9 +25,22 @@
 // backward over the key heads (each with its own sums, added in head order), the quadratic
 // one's scores forward and backward take opt.threads (the products per block one thread);
 // deterministic (any thread count gives the bits of one thread).
-// Not differentiated: normalization = retnet (its row normalisation depends on the form; it
-// throws). A call continuing a LinearState has its own overload, with the state's gradients, in
-// linear_state_backward.hpp.
+// RetNet's normalisation (normalization = retnet; detail/tiled/linear_retnet_backward.hpp): the
+// forward writes o_i = u_i / (sqrt(S_i) D_i), u_i the row above, S_i = Σ_{j ∈ J_i} γ^(t_i − s_j)
+// the decay mask's row sum (J_i: the visible keys; chunkwise: those of i's chunk) and D_i
+// torchscale's divisor, which microsoft/torchscale multiscale_retention.py computes from
+// .detach()ed tensors: parallel_forward's abs row sum clamped to [1, 5e4],
+// chunk_recurrent_forward's max(inner_scale, kv_scale); recurrent_forward has none (D_i = 1).
+// The backward holds D_i constant, as torchscale's autograd does, and differentiates S_i (built
+// from the decay buffer in retnet.py RetNetRelPos.forward, not detached): dq, dk, dv and ∂L/∂θ
+// are the backward above with dO_i scaled by c_i = 1 / (sqrt(S_i) D_i) (torchscale's gradients,
+// whose decays are fixed), and ∂L/∂γ_h, ∂L/∂t, ∂L/∂s add ∂L/∂S_i = −(dO_i · o_i) / (2 S_i)
+// times ∂S_i: the derivative of the forward with the divisors held constant. The form must be
+// the forward's (automatic throws), chunkwise with its chunk and a pure rotation, as the
+// forward requires; chunkwise and recurrent take the O(n) algorithm, parallel the quadratic one;
+// PerHead throws (no such forward).
+// A call continuing a LinearState has its own overload, with the state's gradients, in
+// linear_state_backward.hpp (normalization = none there).
 #pragma once
 
 #include <algorithm>
@@ -69,6 +82,27 @@ using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 /// Entries of S (and of dS) per block of queries.
 inline constexpr Index kBlockEntries = Index(1) << 22;
 
+// What RetNet's normalisation needs of the call: the forward's own requirements
+// (linear_attention.hpp run_linear), since the backward differentiates the form given.
+template <class E>
+void check_retnet(const E& enc, const LinearAttentionOptions& opt, const std::string& w) {
+  if constexpr (per_head_encoding<E>::value) {
+    fail(w + ": normalization = retnet with a PerHead encoding: linear_attention takes one "
+             "encoding, so there is no such forward to differentiate");
+  } else {
+    if (opt.form == LinearForm::automatic)
+      fail(w + ": with normalization = retnet the output depends on the form (torchscale "
+               "normalises its parallel, recurrent and chunkwise forms differently): give the "
+               "forward's form = parallel, chunkwise or recurrent");
+    if (opt.form == LinearForm::chunkwise && opt.chunk == 0)
+      fail(w + ": RetNet's chunkwise normalisation depends on the chunk size: give the "
+               "forward's chunk (torchscale's recurrent_chunk_size)");
+    if (opt.form == LinearForm::chunkwise && !coders::is_pure_rotation<double>(enc))
+      fail(w + ": RetNet's chunkwise normalisation takes the 1-norm of the state in the "
+               "absolute frame, bounded only for a pure rotation (decays as the decay option)");
+  }
+}
+
 template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv,
           class R>
 void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const TensorView<Tk>& k,
@@ -96,9 +130,7 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
   linear::require_sorted(tq, nq, w + ": query positions");
   linear::require_sorted(tk, nk, w + ": key positions");
   linear::check_linear_options(opt, Hq, "linear_attention_backward");
-  if (opt.normalization != LinearNorm::none)
-    fail(w + ": normalization = retnet is not differentiated (its row normalisation depends "
-             "on the form); give normalization = none");
+  if (opt.normalization == LinearNorm::retnet) check_retnet(enc, opt, w);
   tiled::check_position_span(tq, nq, tk, nk, w);
   const auto Q = std::make_pair(&q, "q");
   const auto K = std::make_pair(&k, "k");
@@ -141,7 +173,7 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
          const Positions& tk, const TensorView<Tv>& v, const TensorView<Tdo>& dout,
          const TensorView<Tdq>& dq, const TensorView<Tdk>& dk, const TensorView<Tdv>& dv,
          const LinearAttentionOptions& opt, const LinearAttentionGradients<R>& g,
-         Index block_entries = kBlockEntries) {
+         Index block_entries = kBlockEntries, RetNetRows* rn = nullptr) {
   const Index nq = q.tokens(), nk = k.tokens(), Hq = q.heads(), Hk = k.heads(), G = Hq / Hk;
   const Index d = q.dim(), dvn = v.dim();
   if (nk == 0) {  // no keys: out is 0, nothing reaches q
@@ -178,17 +210,21 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
       visible[std::size_t(r)] = j;
     }
     const auto qb = tokens(q, i0, n);
-    if (!dv.empty()) peal::scores(enc, qb, tqb, k, tk, TensorView<double>(S, Hq, n, nk), so);
+    const bool want_S = !dv.empty() || rn;  // (RetNet: its rows' abs sums and a_i)
+    if (want_S) peal::scores(enc, qb, tqb, k, tk, TensorView<double>(S, Hq, n, nk), so);
     for (Index h = 0; h < Hq; ++h) {  // dS = dO Vᵀ (masked entries are never read); dV += Sᵀ dO
       const Index kh = h / G;
       gather(dout, i0, n, h, dO, dvn);
+      Eigen::Map<RowMatrix> Sh(S + h * n * nk, n, nk);
+      if (want_S)
+        for (Index r = 0; r < n; ++r)  // masked: −∞ in S, no share of dV
+          Sh.row(r).tail(nk - visible[std::size_t(r)]).setZero();
+      if (rn) normalise_rows(*rn, Sh.data(), n, nk, i0, h, 1.0, dO, dvn, dvn);  // dO′ = c dO
       const Eigen::Map<const RowMatrix> dOh(dO, n, dvn);
       const Map Vh(V + kh * dvn, nk, dvn, Eigen::OuterStride<>(Hk * dvn));
       Eigen::Map<RowMatrix>(dS + h * n * nk, n, nk).noalias() = dOh * Vh.transpose();
+      if (rn) add_row_dots(*rn, Sh.data(), dS + h * n * nk, n, nk, i0, h);
       if (dv.empty()) continue;
-      Eigen::Map<RowMatrix> Sh(S + h * n * nk, n, nk);
-      for (Index r = 0; r < n; ++r)  // masked: −∞ in S, no share of dV
-        Sh.row(r).tail(nk - visible[std::size_t(r)]).setZero();
       Map(dV + kh * dvn, nk, dvn, Eigen::OuterStride<>(Hk * dvn)).noalias() += Sh.transpose() * dOh;
     }
     const TensorView<double> dkb(dk.empty() ? nullptr : dk_block, dk.empty() ? 0 : nk, Hk, d);
@@ -209,14 +245,17 @@ void run(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Tenso
 }  // namespace linear_backward
 }  // namespace detail
 
-/// Backward of linear_attention(enc, q, tq, k, tk, v, out, opt) with normalization = none (the
-/// top of this file): d_out = ∂L/∂out [nq, Hq, dv]. Writes dq [nq, Hq, d], dk [nk, Hk, d] and
-/// dv [nk, Hk, dv] (each may be empty: not wanted; none may overlap an input or another) and
-/// ADDS the gradients asked for in grads (the decays' with opt.decay set). q, k, v, d_out:
-/// float, double, Eigen::half or Eigen::bfloat16. Throws peal::invalid_argument before writing
-/// anything on inconsistent extents, unsorted or non-finite positions, bad options, gradient
-/// sizes, overlapping outputs, and on normalization = retnet. opt.form and opt.chunk choose the
-/// algorithm (the top of this file), not the result: the forms compute one function.
+/// Backward of linear_attention(enc, q, tq, k, tk, v, out, opt) (the top of this file; with
+/// normalization = retnet, torchscale's detached divisors held constant): d_out = ∂L/∂out
+/// [nq, Hq, dv]. Writes dq [nq, Hq, d], dk [nk, Hk, d] and dv [nk, Hk, dv] (each may be empty:
+/// not wanted; none may overlap an input or another) and ADDS the gradients asked for in grads
+/// (the decays' with opt.decay set). q, k, v, d_out: float, double, Eigen::half or
+/// Eigen::bfloat16. Throws peal::invalid_argument before writing anything on inconsistent
+/// extents, unsorted or non-finite positions, bad options, gradient sizes, overlapping outputs,
+/// and, with normalization = retnet, on form = automatic, chunkwise without a chunk or with an
+/// encoding that is not a pure rotation, and PerHead. opt.form and opt.chunk choose the
+/// algorithm (the top of this file), not the result: the forms compute one function (except
+/// under RetNet's normalisation, which is the form's own).
 template <class E, class Tq, class Tk, class Tv, class Tdo, class Tdq, class Tdk, class Tdv>
 void linear_attention_backward(const E& enc, TensorView<Tq> q, const Positions& tq,
                                TensorView<Tk> k, const Positions& tk, TensorView<Tv> v,
@@ -226,6 +265,11 @@ void linear_attention_backward(const E& enc, TensorView<Tq> q, const Positions& 
   namespace lb = detail::linear_backward;
   detail::encode_backward::require_derivatives<E>();
   lb::check(enc, q, tq, k, tk, v, d_out, dq, dk, dv, opt, grads);
+  lb::RetNetRows retnet;  // RetNet's normalisation (detail/tiled/linear_retnet_backward.hpp)
+  lb::RetNetRows* const rn = opt.normalization == LinearNorm::retnet ? &retnet : nullptr;
+  if (rn)
+    retnet = lb::retnet_rows(opt, tq, tk, q.tokens(), k.tokens(), q.heads(),
+                             detail::linear::linear_scale(opt, q.dim()));
   if constexpr (!lb::per_head_encoding<E>::value) {
     if (lb::chunked(opt, q.tokens(), k.tokens())) {
       const auto qr = detail::ro(q);
@@ -236,13 +280,16 @@ void linear_attention_backward(const E& enc, TensorView<Tq> q, const Positions& 
                         const std::remove_cv_t<Tv>, const std::remove_cv_t<Tdo>,
                         real_t<typename E::Scalar>>
           cb(enc, qr, tq, kr, tk, vr, dor, opt, grads.parameters, grads.query_positions,
-             grads.key_positions, grads.decay);
+             grads.key_positions, grads.decay, rn);
       cb.run(dq, dk, dv);
+      if (rn)
+        lb::add_mask_gradients(retnet, grads.decay, grads.query_positions, grads.key_positions);
       return;
     }
   }
   lb::run(enc, detail::ro(q), tq, detail::ro(k), tk, detail::ro(v), detail::ro(d_out), dq, dk,
-          dv, opt, grads);
+          dv, opt, grads, lb::kBlockEntries, rn);
+  if (rn) lb::add_mask_gradients(retnet, grads.decay, grads.query_positions, grads.key_positions);
 }
 
 }  // namespace peal

@@ -54,6 +54,7 @@
 #include "../coders/coders.hpp"
 #include "../storage.hpp"
 #include "backward_run.hpp"
+#include "linear_retnet_backward.hpp"
 #include "linear_run.hpp"
 
 #ifdef _OPENMP
@@ -196,9 +197,10 @@ class ChunkBackward {
                 const TensorView<Tk>& k, const Positions& tk, const TensorView<Tv>& v,
                 const TensorView<Tdo>& dout, const LinearAttentionOptions& opt,
                 std::vector<R>* parameters, std::vector<R>* query_positions,
-                std::vector<R>* key_positions, std::vector<double>* decay)
+                std::vector<R>* key_positions, std::vector<double>* decay,
+                RetNetRows* retnet = nullptr)
       : enc_(enc), q_(q), k_(k), v_(v), dout_(dout), params_(parameters),
-        qpos_(query_positions), kpos_(key_positions), decay_(decay),
+        qpos_(query_positions), kpos_(key_positions), decay_(decay), rn_(retnet),
         nq_(q.tokens()), nk_(k.tokens()), Hq_(q.heads()), Hk_(k.heads()), G_(Hq_ / Hk_),
         d_(q.dim()), dv_(v.dim()), opt_(opt) {
     t_.resize(std::size_t(nq_));
@@ -366,7 +368,10 @@ class ChunkBackward {
       w.rho.resize(std::size_t(m));
       queries_adjoint(M, w.f.data(), w.dorows.data() + gi * dv_, G_ * dv_, w.qhat.data() + gi * d_,
                       w.dqhat.data() + gi * d_, G_ * d_, m, d_, dv_, w.Rc,
-                      l == 0 ? nullptr : w.rho.data(), w.tmp);
+                      l == 0 && !rn_ ? nullptr : w.rho.data(), w.tmp);
+      if (rn_)  // ρ_i = dO′_i · (the state's part of u_i): RetNet's a_i
+        for (Index i = 0; i < m; ++i)
+          rn_->row_dot[std::size_t((i0 + i) * Hq_ + h)] += w.rho[std::size_t(i)];
       if (l == 0) continue;
       for (Index i = 0; i < m; ++i) {
         const double rho = w.rho[std::size_t(i)];
@@ -408,6 +413,7 @@ class ChunkBackward {
     if (m > 0)  // (no rows: no pointer arithmetic on the empty buffer's null data either)
       for (Index gi = 0; gi < G_; ++gi)
         gather(dout_, i0, m, h0 + gi, w.dorows.data() + gi * dv_, G_ * dv_);
+    if (rn_ && m > 0) normalise(w, c, ms);
     if (feeds) {
       load_keys(w, c);
       transport(w, c);
@@ -483,28 +489,68 @@ class ChunkBackward {
     }
   }
 
+  // The scores of the pairs within chunk c (its queries against its keys, causal) of the heads of
+  // key head kh: the forward's (scale, decays), one thread.
+  ScoreOptions pair_options(Index kh) const {
+    ScoreOptions so;
+    so.causal = true;
+    so.scale = scale_;
+    so.threads = 1;
+    if (!opt_.decay.empty())
+      so.decay.assign(opt_.decay.begin() + kh * G_, opt_.decay.begin() + (kh + 1) * G_);
+    return so;
+  }
+  // S [G, m, n] of chunk c's pairs by scores(), its masked entries (−∞) set to 0.
+  void pair_scores(Work& w, Index c) const {
+    const Index j0 = c * chunk_, n = key_end(c) - j0, h0 = w.kh * G_;
+    const Index i0 = qb_[std::size_t(c)], m = qb_[std::size_t(c + 1)] - i0;
+    w.S.resize(std::size_t(G_ * m * n));
+    peal::scores(enc_, linear::sub(q_, i0, m, h0, G_), Positions(t_.data() + i0, m),
+                 linear::sub(k_, j0, n, w.kh, 1), Positions(s_.data() + j0, n),
+                 TensorView<double>(w.S.data(), G_, m, n), pair_options(w.kh));
+    for (Index gi = 0; gi < G_; ++gi) {
+      Rows Sg = rows(w.S.data() + gi * m * n, m, n, n);
+      for (Index i = 0, j = 0; i < m; ++i) {
+        while (j < n && !(s_[std::size_t(j0 + j)] > t_[std::size_t(i0 + i)])) ++j;
+        Sg.row(i).tail(n - j).setZero();
+      }
+    }
+  }
+
+  // RetNet (linear_retnet_backward.hpp): chunk c's pair scores (kept for pairs()) give each
+  // row's abs sum, its state M_c the chunk form's K_c; the rows of dO become dO′ = c dO.
+  void normalise(Work& w, Index c, const State* ms) const {
+    const Index j0 = c * chunk_, n = key_end(c) - j0, h0 = w.kh * G_;
+    const Index i0 = qb_[std::size_t(c)], m = qb_[std::size_t(c + 1)] - i0;
+    pair_scores(w, c);
+    const bool floor = rn_->form == LinearForm::chunkwise && c > 0;
+    for (Index gi = 0; gi < G_; ++gi) {
+      const double K = floor ? state_floor(*rn_, ms[ns_ == G_ ? gi : 0], h0 + gi,
+                                           T(c) - s_[std::size_t(j0 - 1)])
+                             : 1.0;
+      normalise_rows(*rn_, w.S.data() + gi * m * n, m, n, i0, h0 + gi, K,
+                     w.dorows.data() + gi * dv_, dv_, G_ * dv_);
+    }
+  }
+
   // The pairs within chunk c (queries of c against keys of c, causal): the quadratic backward
   // on the block (S by scores(), dS = dO vᵀ, dv += Sᵀ dO, scores_backward).
   void pairs(Work& w, Index c, bool want_dv) const {
     const Index j0 = c * chunk_, n = key_end(c) - j0, h0 = w.kh * G_;
     const Index i0 = qb_[std::size_t(c)], m = qb_[std::size_t(c + 1)] - i0;
     if (m == 0) return;
-    ScoreOptions so;
-    so.causal = true;
-    so.scale = scale_;
-    so.threads = 1;
-    if (!opt_.decay.empty())
-      so.decay.assign(opt_.decay.begin() + h0, opt_.decay.begin() + h0 + G_);
     const auto qs = linear::sub(q_, i0, m, h0, G_);
     const auto ks = linear::sub(k_, j0, n, w.kh, 1);
     const Positions tq(t_.data() + i0, m), tk(s_.data() + j0, n);
-    w.S.resize(std::size_t(G_ * m * n));
-    w.dS.resize(w.S.size());
-    if (want_dv) peal::scores(enc_, qs, tq, ks, tk, TensorView<double>(w.S.data(), G_, m, n), so);
-    for (Index gi = 0; gi < G_; ++gi)  // (the values: loaded by reverse())
+    w.dS.resize(std::size_t(G_ * m * n));
+    if (want_dv && !rn_) pair_scores(w, c);  // (RetNet: normalise() has them)
+    for (Index gi = 0; gi < G_; ++gi) {  // (the values: loaded by reverse())
       pair_products(w.dorows.data() + gi * dv_, G_ * dv_, w.vrows.data(), m, n, dv_,
                     t_.data() + i0, s_.data() + j0, w.dS.data() + gi * m * n,
                     want_dv ? w.S.data() + gi * m * n : nullptr, w.dvc.data());
+      if (rn_)
+        add_row_dots(*rn_, w.S.data() + gi * m * n, w.dS.data() + gi * m * n, m, n, i0, h0 + gi);
+    }
     Part& p = *w.part;
     std::vector<R> qp(qpos_ ? std::size_t(m) : 0, R(0)), kp(kpos_ ? std::size_t(n) : 0, R(0));
     w.dec.assign(decay_ ? std::size_t(G_) : 0, 0.0);
@@ -514,7 +560,7 @@ class ChunkBackward {
                                 kpos_ ? &kp : nullptr, nullptr, decay_ ? &w.dec : nullptr};
     peal::scores_backward(enc_, qs, tq, ks, tk, TensorView<const double>(w.dS.data(), G_, m, n),
                           TensorView<double>(w.dqi.data(), m, G_, d_),
-                          TensorView<double>(w.dki.data(), n, 1, d_), so, sg);
+                          TensorView<double>(w.dki.data(), n, 1, d_), pair_options(w.kh), sg);
     for (std::size_t i = 0; i < qp.size(); ++i) p.query_positions[std::size_t(i0) + i] += qp[i];
     for (std::size_t j = 0; j < kp.size(); ++j) p.key_positions[std::size_t(j0) + j] += kp[j];
     for (std::size_t gi = 0; gi < w.dec.size(); ++gi) p.decay[std::size_t(h0) + gi] += w.dec[gi];
@@ -566,6 +612,7 @@ class ChunkBackward {
   const TensorView<Tdo>& dout_;
   std::vector<R>*params_, *qpos_, *kpos_;
   std::vector<double>* decay_;
+  RetNetRows* rn_;  // normalization = retnet (linear_retnet_backward.hpp), else null
   const Index nq_, nk_, Hq_, Hk_, G_, d_, dv_;
   const LinearAttentionOptions& opt_;
   std::vector<double> t_, s_, lam_;
