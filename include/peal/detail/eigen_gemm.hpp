@@ -1,9 +1,8 @@
 // The one adaptor between peal and Eigen's internal namespace (Eigen::internal): the blocked
 // GEMM kernel, its packing workspace and blocking heuristic (used by detail/tiled/tile_run.hpp and
-// detail/tiled/attention_sink.hpp), the register-blocked kernels of products with at most
-// kSmallRows rows (namespace small: decoding), and the packet primitives they and the per-pair
-// polynomial epilogue (detail/coders/poly_parts.hpp) use. No other peal header names
-// Eigen::internal; a change of Eigen touches this file only.
+// detail/tiled/attention_sink.hpp), and the
+// packet primitives of the per-pair polynomial epilogue (detail/coders/poly_parts.hpp). No other
+// peal header names Eigen::internal; a change of Eigen touches this file only.
 //
 // Written against Eigen 3.4 (3.4.0). On an Eigen upgrade, check (Eigen/src/Core/products/
 // GeneralMatrixMatrix.h, GeneralBlockPanelKernel.h, GenericPacketMath.h):
@@ -17,19 +16,13 @@
 //     default constructor, and run() still packs into blockA()/blockB() when they are set;
 //   - computeProductBlockingSizes<LhsScalar, RhsScalar, KcFactor>(k, m, n, num_threads) keeps
 //     its in/out arguments (k, m, n are reduced to the cache-blocked sizes);
-//   - packet_traits<C>::type / ::size, pset1, padd, pmadd, ploadu, pstoreu, predux keep their
-//     meaning (pmadd(a, b, c) = a * b + c; predux: the sum of a packet's lanes), and
-//     EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS still counts the packet registers.
-// tests/test_small_products.cpp checks the small kernels against long double and
-// tests/test_scores.cpp the fused kernels against a per-pair reference: they catch a silent
-// change of any of these; bench/bench_scores.cpp and bench/bench_attention.cpp (decode) show a
-// lost vectorisation.
+//   - packet_traits<C>::type / ::size, pset1, padd, pmadd, ploadu, pstoreu keep their meaning
+//     (pmadd(a, b, c) = a * b + c).
+// tests/test_scores.cpp compares the fused kernels with a per-pair reference and catches a
+// silent change of any of these; bench/bench_scores.cpp shows a lost vectorisation.
 #pragma once
 
 #include <Eigen/Core>
-#include <algorithm>
-#include <type_traits>
-#include <utility>
 
 namespace peal {
 namespace detail {
@@ -59,21 +52,9 @@ void product_blocking_sizes(Index& kc, Index& mc, Index& nc) {
   Eigen::internal::computeProductBlockingSizes<C, C, 1>(kc, mc, nc, Index(1));
 }
 
-/// SIMD packets of the native width Eigen's GEMM uses for C (size 1: a plain scalar).
-template <class C>
-using packet_t = typename Eigen::internal::packet_traits<C>::type;
-template <class C>
-inline constexpr Index packet_size = Eigen::internal::packet_traits<C>::size;
-using Eigen::internal::padd;
-using Eigen::internal::ploadu;
-using Eigen::internal::pmadd;
-using Eigen::internal::predux;
-using Eigen::internal::pset1;
-using Eigen::internal::pstoreu;
-
-/// Products with at most this many rows (decoding: the G query rows that share a KV head) skip
-/// Eigen's packing, which would copy the whole n x k operand to multiply it by a handful of
-/// rows: each row of B is read once, from where it lies, for all m rows of A (namespace small).
+/// Products with at most this many rows (decoding: a few queries per head) skip Eigen's
+/// packing, which would copy the whole n x k operand to multiply it by a handful of rows:
+/// each row of B is read once, from where it lies, for all m rows of A.
 inline constexpr Index kSmallRows = 8;
 
 /// Prefetch the cache lines of one row (bytes long) into L1.
@@ -86,312 +67,75 @@ inline void prefetch_row(const void* p, Index bytes) {
 #endif
 }
 
-/// The register-blocked kernels of products with m <= kSmallRows rows, A B^T and A B. Every
-/// packet of B loaded serves all m rows of A; the m x (block) results stay in packet
-/// registers over the whole depth (A B^T: one accumulator per (row, key) pair, one horizontal
-/// sum per pair at the end) or over a block of B's rows (A B: chunks of the output rows).
-/// Each result element goes through the same operations whatever m, the blocking, the
-/// strides and the alignment: with SIMD packets (explicit FMAs) a row's result does not
-/// depend on the rows computed with it. Error per element, for any order of the sums:
-///   |fl(res') - res'| <= gamma_{k+2} (|res| + |alpha| sum_e |a_ie| |b_e|)
-/// (k the depth; tests/test_small_products.cpp checks it against long double).
-namespace small {
-
-/// Packet registers of the target (AVX-512: 32, AVX/SSE on x86-64: 16).
-inline constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
-
-/// The largest power of two <= x, within [1, 8].
-constexpr int pow2_within_8(int x) { return x >= 8 ? 8 : x >= 4 ? 4 : x >= 2 ? 2 : 1; }
-
-/// Keys per block of A B^T for M rows: M x NB accumulators, NB key packets and one row
-/// packet, four registers spare.
-template <int M>
-inline constexpr int kKeyBlock = pow2_within_8((kRegisters - 4) / (M + 1));
-/// Packets per chunk of an output row of A B for M rows: M x NC accumulators, NC value
-/// packets and one broadcast weight.
-template <int M>
-inline constexpr int kChunkPackets = pow2_within_8((kRegisters - 2) / (M + 1));
-
-/// Rows of B ahead of the one being read whose lines are prefetched (rows far apart defeat
-/// the hardware prefetcher).
-inline constexpr Index kAhead = 8;
-
-/// f(std::integral_constant<int, I>{}) for I = 0, ..., N - 1, unrolled: constant indices let
-/// the compiler keep arrays of packets in registers.
-template <class F, int... I>
-EIGEN_STRONG_INLINE void unroll_seq(F& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, class F>
-EIGEN_STRONG_INLINE void unroll(F&& f) {
-  unroll_seq(f, std::make_integer_sequence<int, N>{});
-}
-
-/// f(std::integral_constant<int, m>{}) for 1 <= m <= kSmallRows: one kernel per row count.
-template <class F>
-inline void with_rows(Index m, F&& f) {
-  using std::integral_constant;
-  switch (m) {
-    case 1:
-      return f(integral_constant<int, 1>{});
-    case 2:
-      return f(integral_constant<int, 2>{});
-    case 3:
-      return f(integral_constant<int, 3>{});
-    case 4:
-      return f(integral_constant<int, 4>{});
-    case 5:
-      return f(integral_constant<int, 5>{});
-    case 6:
-      return f(integral_constant<int, 6>{});
-    case 7:
-      return f(integral_constant<int, 7>{});
-    case 8:
-      return f(integral_constant<int, 8>{});
-    default:
-      return;  // m = 0: nothing to do
-  }
-}
-static_assert(kSmallRows == 8, "with_rows: one case per row count");
-
-/// sums[0..3] = the sums of the lanes of x0..x3. Eigen's predux for each, except on AVX-512
-/// and AVX, where the four share their shuffles (the halves, then quarters, of two packets
-/// added in one instruction): 15 instructions instead of 36 for AVX-512 floats, where the
-/// horizontal sums were half the instructions of A B^T (measured: 4-row products of a
-/// decode's key tile 1.2x faster). Every lane sum goes through one fixed tree for its
-/// packet type, whichever of the four places it takes.
-template <class P, class C>
-EIGEN_STRONG_INLINE void lane_sums4(const P& x0, const P& x1, const P& x2, const P& x3, C* sums) {
-  sums[0] = predux(x0), sums[1] = predux(x1), sums[2] = predux(x2), sums[3] = predux(x3);
-}
-#if defined(EIGEN_VECTORIZE_AVX512)
-// (All-lanes _mask_ forms and a masked store: GCC 12's plain forms start from an "undefined"
-// register that -Wuninitialized reports at every use.)
-/// Quarters (128 bits) of x and y picked by Imm, as _mm512_shuffle_f32x4 / _f64x2.
-template <int Imm>
-EIGEN_STRONG_INLINE __m512 quarters(const __m512& x, const __m512& y) {
-  return _mm512_mask_shuffle_f32x4(x, __mmask16(0xffff), x, y, Imm);
-}
-template <int Imm>
-EIGEN_STRONG_INLINE __m512d quarters(const __m512d& x, const __m512d& y) {
-  return _mm512_mask_shuffle_f64x2(x, __mmask8(0xff), x, y, Imm);
-}
-EIGEN_STRONG_INLINE void lane_sums4(const __m512& a, const __m512& b, const __m512& c,
-                                    const __m512& d, float* sums) {
-  constexpr int lo = _MM_SHUFFLE(1, 0, 1, 0), hi = _MM_SHUFFLE(3, 2, 3, 2);
-  // Quarters (128 bits) [a0 + a2, a1 + a3, b0 + b2, b1 + b3], the same for c, d.
-  const __m512 ab = _mm512_add_ps(quarters<lo>(a, b), quarters<hi>(a, b));
-  const __m512 cd = _mm512_add_ps(quarters<lo>(c, d), quarters<hi>(c, d));
-  // Quarter q: the four partial sums of input q; then within quarters (x0 + x2) + (x1 + x3).
-  __m512 x = _mm512_add_ps(quarters<_MM_SHUFFLE(2, 0, 2, 0)>(ab, cd),
-                           quarters<_MM_SHUFFLE(3, 1, 3, 1)>(ab, cd));
-  constexpr __mmask16 all = 0xffff;
-  x = _mm512_add_ps(x, _mm512_mask_permute_ps(x, all, x, _MM_SHUFFLE(1, 0, 3, 2)));
-  x = _mm512_add_ps(x, _mm512_mask_permute_ps(x, all, x, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m512i first = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-  _mm512_mask_storeu_ps(sums, __mmask16(0xf), _mm512_mask_permutexvar_ps(x, all, first, x));
-}
-EIGEN_STRONG_INLINE void lane_sums4(const __m512d& a, const __m512d& b, const __m512d& c,
-                                    const __m512d& d, double* sums) {
-  constexpr int lo = _MM_SHUFFLE(1, 0, 1, 0), hi = _MM_SHUFFLE(3, 2, 3, 2);
-  const __m512d ab = _mm512_add_pd(quarters<lo>(a, b), quarters<hi>(a, b));
-  const __m512d cd = _mm512_add_pd(quarters<lo>(c, d), quarters<hi>(c, d));
-  __m512d x = _mm512_add_pd(quarters<_MM_SHUFFLE(2, 0, 2, 0)>(ab, cd),
-                            quarters<_MM_SHUFFLE(3, 1, 3, 1)>(ab, cd));
-  constexpr __mmask8 all = 0xff;
-  x = _mm512_add_pd(x, _mm512_mask_permute_pd(x, all, x, 0x55));  // within quarters: x0 + x1
-  const __m512i first = _mm512_set_epi64(0, 0, 0, 0, 6, 4, 2, 0);
-  _mm512_mask_storeu_pd(sums, __mmask8(0xf), _mm512_mask_permutexvar_pd(x, all, first, x));
-}
-#endif
-#if defined(EIGEN_VECTORIZE_AVX)
-EIGEN_STRONG_INLINE void lane_sums4(const __m256& a, const __m256& b, const __m256& c,
-                                    const __m256& d, float* sums) {
-  // Halves [a_lo + a_hi | b_lo + b_hi], the same for c, d; then pairs within the halves.
-  const __m256 ab =
-      _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-  const __m256 cd =
-      _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
-  __m256 x = _mm256_hadd_ps(ab, cd);  // [a01 a23 c01 c23 | b01 b23 d01 d23]
-  x = _mm256_hadd_ps(x, x);           // [a c . . | b d . .]
-  _mm_storeu_ps(sums, _mm_unpacklo_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)));
-}
-EIGEN_STRONG_INLINE void lane_sums4(const __m256d& a, const __m256d& b, const __m256d& c,
-                                    const __m256d& d, double* sums) {
-  const __m256d ab =
-      _mm256_add_pd(_mm256_permute2f128_pd(a, b, 0x20), _mm256_permute2f128_pd(a, b, 0x31));
-  const __m256d cd =
-      _mm256_add_pd(_mm256_permute2f128_pd(c, d, 0x20), _mm256_permute2f128_pd(c, d, 0x31));
-  const __m256d x = _mm256_hadd_pd(ab, cd);  // [a c | b d]
-  const __m128d ac = _mm256_castpd256_pd128(x), bd = _mm256_extractf128_pd(x, 1);
-  _mm_storeu_pd(sums, _mm_unpacklo_pd(ac, bd));
-  _mm_storeu_pd(sums + 2, _mm_unpackhi_pd(ac, bd));
-}
-#endif
-
-/// s[i NB + j] = a_i . b_j for the M rows of A and NB rows of B (k long): per pair, one packet
-/// accumulator over the whole packets of k, its lane sum (four pairs at a time; s holds
-/// kSumSlots<M * NB>), then the scalar tail.
-template <int N>
-inline constexpr int kSumSlots = (N + 3) / 4 * 4;
-template <class C, int M, int NB>
-EIGEN_STRONG_INLINE void dots(Index k, const C* a, Index lda, const C* b, Index ldb, C* s) {
-  using P = packet_t<C>;
-  constexpr Index W = packet_size<C>;
-  constexpr int N = kSumSlots<M * NB>;
-  P acc[N];  // pair (i, j) at i NB + j; the slots past M NB stay 0
-  unroll<N>([&](auto p) { acc[p] = pset1<P>(C(0)); });
-  const Index kw = k - k % W;
-  for (Index e = 0; e < kw; e += W) {
-    P bp[NB];
-    unroll<NB>([&](auto j) { bp[j] = ploadu<P>(b + j * ldb + e); });
-    unroll<M>([&](auto i) {
-      const P ap = ploadu<P>(a + i * lda + e);
-      unroll<NB>([&](auto j) { acc[i * NB + j] = pmadd(ap, bp[j], acc[i * NB + j]); });
-    });
-  }
-  unroll<N / 4>([&](auto g) {
-    lane_sums4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3], s + 4 * g);
-  });
-  if (kw == k) return;
-  unroll<M>([&](auto i) {
-    unroll<NB>([&](auto j) {
-      C& sum = s[i * NB + j];
-      for (Index e = kw; e < k; ++e) sum += a[i * lda + e] * b[j * ldb + e];
-    });
-  });
-}
-
-/// res(i, j) += alpha a_i . b_j for the M rows of A (m x k) and the n rows of B (n x k), res
-/// element (i, j) at res[i ri + j rj]: blocks of kKeyBlock<M> keys, then one key at a time.
-template <class C, int M>
-inline void abt(Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res, Index ri,
-                Index rj, C alpha) {
-  constexpr int NB = kKeyBlock<M>;
-  C s[kSumSlots<M * NB>];
-  const Index row_bytes = k * Index(sizeof(C));
-  auto add = [&](Index j, int nb) {
-    for (int i = 0; i < M; ++i)
-      for (int jj = 0; jj < nb; ++jj) res[i * ri + (j + jj) * rj] += alpha * s[i * nb + jj];
-  };
-  Index j = 0;
-  for (; j + NB <= n; j += NB) {
-    for (Index r = j + kAhead; r < std::min(n, j + kAhead + NB); ++r)
-      prefetch_row(b + r * ldb, row_bytes);
-    dots<C, M, NB>(k, a, lda, b + j * ldb, ldb, s);
-    add(j, NB);
-  }
-  for (; j < n; ++j) {
-    dots<C, M, 1>(k, a, lda, b + j * ldb, ldb, s);
-    add(j, 1);
-  }
-}
-
-/// Columns [col, col + NC W) of the M output rows (res, ld ldr) += alpha sum_j a_ij b_j over
-/// rows [j0, j1) of B: the M x NC packets stay in registers over the rows, each packet of b_j
-/// loaded once for all M rows, weights broadcast. Rows below ahead_end are prefetched kAhead
-/// rows ahead (row_bytes each).
-template <class C, int M, int NC>
-EIGEN_STRONG_INLINE void axpys(Index j0, Index j1, Index col, const C* a, Index lda, const C* b,
-                               Index ldb, C* res, Index ldr, C alpha, Index ahead_end,
-                               Index row_bytes) {
-  using P = packet_t<C>;
-  constexpr Index W = packet_size<C>;
-  P o[M][NC];
-  unroll<M>([&](auto i) {
-    unroll<NC>([&](auto c) { o[i][c] = ploadu<P>(res + i * ldr + col + c * W); });
-  });
-  for (Index j = j0; j < j1; ++j) {
-    if (j + kAhead < ahead_end) prefetch_row(b + (j + kAhead) * ldb, row_bytes);
-    P bp[NC];
-    unroll<NC>([&](auto c) { bp[c] = ploadu<P>(b + j * ldb + col + c * W); });
-    unroll<M>([&](auto i) {
-      const P w = pset1<P>(alpha * a[i * lda + j]);
-      unroll<NC>([&](auto c) { o[i][c] = pmadd(w, bp[c], o[i][c]); });
-    });
-  }
-  unroll<M>(
-      [&](auto i) { unroll<NC>([&](auto c) { pstoreu(res + i * ldr + col + c * W, o[i][c]); }); });
-}
-
-/// res (M x n, ld ldr) += alpha A B for the M rows of A (M x k) and B (k x n): B in blocks of
-/// rows that stay in L1 while chunks of kChunkPackets<M> packets of columns pass over them,
-/// then single packets, then the scalar columns.
-template <class C, int M>
-inline void ab(Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res, Index ldr,
-               C alpha) {
-  constexpr Index W = packet_size<C>, NC = kChunkPackets<M>;
-  const Index nw = n - n % W;           // columns in whole packets
-  const Index nc = nw - nw % (NC * W);  // columns in whole chunks
-  const Index row_bytes = n * Index(sizeof(C));
-  // One pass over the columns: B streams once; several: blocks of B of <= 16 KiB (L1).
-  const Index rows = nw > NC * W ? std::max<Index>(16, 16384 / std::max<Index>(row_bytes, 1)) : k;
-  for (Index j0 = 0; j0 < k; j0 += rows) {
-    const Index j1 = std::min(k, j0 + rows);
-    Index ahead_end = k;  // the first pass over a block prefetches the rows ahead
-    Index col = 0;
-    for (; col < nc; col += NC * W, ahead_end = 0)
-      axpys<C, M, NC>(j0, j1, col, a, lda, b, ldb, res, ldr, alpha, ahead_end, row_bytes);
-    for (; col < nw; col += W, ahead_end = 0)
-      axpys<C, M, 1>(j0, j1, col, a, lda, b, ldb, res, ldr, alpha, ahead_end, row_bytes);
-    for (Index j = j0; j < j1; ++j)  // the columns past the last whole packet
-      for (int i = 0; i < M; ++i) {
-        const C w = alpha * a[i * lda + j];
-        for (Index e = nw; e < n; ++e) res[i * ldr + e] += w * b[j * ldb + e];
-      }
-  }
-}
-
-}  // namespace small
-
 /// res (m x n, order ResOrder, leading dimension ldr) += alpha A B^T, with A m x k and B n x k,
 /// both row-major. Eigen's own blocked kernel, called without its OpenMP layer (the caller's
 /// threads already split the work; Eigen's nested parallel regions would oversubscribe); for
-/// m <= kSmallRows, small::abt.
+/// m <= kSmallRows, dot products over the rows of B.
 template <class C, int ResOrder>
 inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb,
                      C* res, Index ldr, C alpha, level3_blocking<C>& blocking) {
   if (m <= kSmallRows) {
-    const Index ri = ResOrder == Eigen::RowMajor ? ldr : 1,
-                rj = ResOrder == Eigen::RowMajor ? 1 : ldr;
-    small::with_rows(m, [&](auto M) {
-      small::abt<C, decltype(M)::value>(n, k, a, lda, b, ldb, res, ri, rj, alpha);
-    });
+    using Row = Eigen::Map<const Eigen::Matrix<C, 1, Eigen::Dynamic>>;
+    const Index ri = ResOrder == Eigen::RowMajor ? ldr : 1, rj = ResOrder == Eigen::RowMajor ? 1 : ldr;
+    constexpr Index kAhead = 8;
+    for (Index j = 0; j < n; ++j) {
+      if (j + kAhead < n) prefetch_row(b + (j + kAhead) * ldb, k * Index(sizeof(C)));
+      const Row bj(b + j * ldb, k);
+      for (Index i = 0; i < m; ++i) res[i * ri + j * rj] += alpha * Row(a + i * lda, k).dot(bj);
+    }
     return;
   }
-  using Gemm = Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
-                                                              Eigen::ColMajor, false, ResOrder, 1>;
-  Gemm::run(m, n, k, a, lda, b, ldb, res, 1, ldr, alpha, blocking, nullptr);
+  Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
+                                                 Eigen::ColMajor, false, ResOrder,
+                                                 1>::run(m, n, k, a, lda, b, ldb, res, 1, ldr,
+                                                         alpha, blocking, nullptr);
 }
 
 /// res (m x n, order ResOrder) += alpha A B, with A m x k and B k x n, both row-major (the
-/// P V product of attention, detail/tiled/attention_sink.hpp); for m <= kSmallRows, small::ab.
+/// P V product of attention, detail/tiled/attention_sink.hpp).
 template <class C, int ResOrder>
 inline void gemm_ab(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
                     Index ldr, C alpha, level3_blocking<C>& blocking) {
   static_assert(ResOrder == Eigen::RowMajor, "gemm_ab: row-major results only");
-  if (m <= kSmallRows) {
-    small::with_rows(m, [&](auto M) {
-      small::ab<C, decltype(M)::value>(n, k, a, lda, b, ldb, res, ldr, alpha);
-    });
+  if (m <= kSmallRows) {  // rows of res += a_ij b_j: each row of B read once
+    using Row = Eigen::Map<Eigen::Matrix<C, 1, Eigen::Dynamic>>;
+    using CRow = Eigen::Map<const Eigen::Matrix<C, 1, Eigen::Dynamic>>;
+    constexpr Index kAhead = 8;  // rows of B in flight: rows far apart defeat the prefetcher
+    for (Index j = 0; j < k; ++j) {
+      if (j + kAhead < k) prefetch_row(b + (j + kAhead) * ldb, n * Index(sizeof(C)));
+      const CRow bj(b + j * ldb, n);
+      for (Index i = 0; i < m; ++i) Row(res + i * ldr, n) += (alpha * a[i * lda + j]) * bj;
+    }
     return;
   }
-  using Gemm = Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
-                                                              Eigen::RowMajor, false, ResOrder, 1>;
-  Gemm::run(m, n, k, a, lda, b, ldb, res, 1, ldr, alpha, blocking, nullptr);
+  Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
+                                                 Eigen::RowMajor, false, ResOrder,
+                                                 1>::run(m, n, k, a, lda, b, ldb, res, 1, ldr,
+                                                         alpha, blocking, nullptr);
 }
 
 /// res (m x n, row-major) += alpha A^T B, with A k x m and B k x n, both row-major (the
 /// state update M += V^T K of linear attention, detail/tiled/linear_ops.hpp): A^T is read as a
 /// column-major operand, without a transposed copy.
 template <class C>
-inline void gemm_atb(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb,
-                     C* res, Index ldr, C alpha, level3_blocking<C>& blocking) {
+inline void gemm_atb(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+                     Index ldr, C alpha, level3_blocking<C>& blocking) {
   Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::ColMajor, false, C,
                                                  Eigen::RowMajor, false, Eigen::RowMajor,
                                                  1>::run(m, n, k, a, lda, b, ldb, res, 1, ldr,
                                                          alpha, blocking, nullptr);
 }
+
+/// SIMD packets of the native width Eigen's GEMM uses for C (size 1: a plain scalar).
+template <class C>
+using packet_t = typename Eigen::internal::packet_traits<C>::type;
+template <class C>
+inline constexpr Index packet_size = Eigen::internal::packet_traits<C>::size;
+using Eigen::internal::padd;
+using Eigen::internal::ploadu;
+using Eigen::internal::pmadd;
+using Eigen::internal::pset1;
+using Eigen::internal::pstoreu;
 
 }  // namespace eigen_gemm
 }  // namespace detail
