@@ -35,7 +35,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <type_traits>
 #include <vector>
 
@@ -230,27 +229,12 @@ class ChunkBackward {
     if (!omp_in_parallel()) nt = opt_.threads > 0 ? opt_.threads : omp_get_max_threads();
 #endif
     nt = int(std::min<Index>(std::min(nt, linear::kMaxThreads), Hk_));
-    (void)nt;  // without OpenMP
-    std::exception_ptr err;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
-#endif
-    for (Index kh = 0; kh < Hk_; ++kh) {
-      try {
-        Work w;
-        w.kh = kh;
-        w.part = &parts[std::size_t(kh)];
-        group(w, dq, dk, dv);
-      } catch (...) {
-#ifdef _OPENMP
-#pragma omp critical(peal_linear_backward_error)
-#endif
-        {
-          if (!err) err = std::current_exception();
-        }
-      }
-    }
-    if (err) std::rethrow_exception(err);
+    parallel_each(Hk_, nt, [&](Index kh) {
+      Work w;
+      w.kh = kh;
+      w.part = &parts[std::size_t(kh)];
+      group(w, dq, dk, dv);
+    });
     for (const Part& p : parts) join(p);  // in key head order: deterministic
   }
 
@@ -500,15 +484,16 @@ class ChunkBackward {
       so.decay.assign(opt_.decay.begin() + kh * G_, opt_.decay.begin() + (kh + 1) * G_);
     return so;
   }
-  // S [G, m, n] of chunk c's pairs by scores(), its masked entries (−∞) set to 0.
-  void pair_scores(Work& w, Index c) const {
+  // S [G, m, n] of chunk c's pairs by scores(); `zero_masked`: its masked entries (−∞) set to 0
+  // (RetNet's row sums read whole rows; pair_products finds each row's visible keys itself).
+  void pair_scores(Work& w, Index c, bool zero_masked) const {
     const Index j0 = c * chunk_, n = key_end(c) - j0, h0 = w.kh * G_;
     const Index i0 = qb_[std::size_t(c)], m = qb_[std::size_t(c + 1)] - i0;
     w.S.resize(std::size_t(G_ * m * n));
     peal::scores(enc_, linear::sub(q_, i0, m, h0, G_), Positions(t_.data() + i0, m),
                  linear::sub(k_, j0, n, w.kh, 1), Positions(s_.data() + j0, n),
                  TensorView<double>(w.S.data(), G_, m, n), pair_options(w.kh));
-    for (Index gi = 0; gi < G_; ++gi) {
+    for (Index gi = 0; zero_masked && gi < G_; ++gi) {
       Rows Sg = rows(w.S.data() + gi * m * n, m, n, n);
       for (Index i = 0, j = 0; i < m; ++i) {
         while (j < n && !(s_[std::size_t(j0 + j)] > t_[std::size_t(i0 + i)])) ++j;
@@ -522,7 +507,7 @@ class ChunkBackward {
   void normalise(Work& w, Index c, const State* ms) const {
     const Index j0 = c * chunk_, n = key_end(c) - j0, h0 = w.kh * G_;
     const Index i0 = qb_[std::size_t(c)], m = qb_[std::size_t(c + 1)] - i0;
-    pair_scores(w, c);
+    pair_scores(w, c, /*zero_masked=*/true);
     const bool floor = rn_->form == LinearForm::chunkwise && c > 0;
     for (Index gi = 0; gi < G_; ++gi) {
       const double K = floor ? state_floor(*rn_, ms[ns_ == G_ ? gi : 0], h0 + gi,
@@ -543,7 +528,7 @@ class ChunkBackward {
     const auto ks = linear::sub(k_, j0, n, w.kh, 1);
     const Positions tq(t_.data() + i0, m), tk(s_.data() + j0, n);
     w.dS.resize(std::size_t(G_ * m * n));
-    if (want_dv && !rn_) pair_scores(w, c);  // (RetNet: normalise() has them)
+    if (want_dv && !rn_) pair_scores(w, c, /*zero_masked=*/false);  // (RetNet: normalise() has them)
     for (Index gi = 0; gi < G_; ++gi) {  // (the values: loaded by reverse())
       pair_products(w.dorows.data() + gi * dv_, G_ * dv_, w.vrows.data(), m, n, dv_,
                     t_.data() + i0, s_.data() + j0, w.dS.data() + gi * m * n,
