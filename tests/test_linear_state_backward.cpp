@@ -458,6 +458,57 @@ TEST_CASE("linear state step backward: central differences of one step",
                                          true, 56, 2, {0.95, 0.85}, 4);
 }
 
+// LinearState::relative_rows (the backward's view of a state, without a copy of it) against
+// LinearState::matrix: the same numbers read without a basis change (bit for bit: both take W
+// in the relative frame, matrix() through unit queries), and with one M̂ᵀ F(0) against M to
+// the rounding of a d-term product (F(0) = Pᵀ here, taken from encode_queries at 0); in the
+// relative frame (a composition) and after decode steps in the absolute frame (a rotation).
+template <class Fam>
+void check_relative_rows(const Shape& sh, bool basis, std::uint64_t seed, const std::vector<double>& decays) {
+  StepCase<Fam> c(sh, Regime::Random, seed, 3, decays);
+  const int d = c.d, dvn = c.dvn;
+  std::vector<double> F0(std::size_t(d * d)), unit(std::size_t(d * d), 0.0);
+  for (int i = 0; i < d; ++i) unit[std::size_t(i * d + i)] = 1;
+  const std::vector<double> at0(std::size_t(d), 0.0);
+  peal::encode_queries(c.pr.enc, TensorView<const double>(unit.data(), d, 1, d),
+                       TensorView<double>(F0.data(), d, 1, d), peal::Positions(at0));  // row i: F(0) e_i
+  for (int j = 0; j < c.T; ++j) {
+    const auto& st = c.before[std::size_t(j)];
+    CHECK(st.original_coordinates() == !basis);
+    for (int s = 0; s < c.heads; ++s) {
+      INFO(Fam::name << ", state before step " << j << ", head " << s);
+      const auto M = st.matrix(s);
+      std::vector<double> hat(std::size_t(dvn * d), 7.0), orig(hat.size(), 7.0);
+      st.relative_rows(s, hat.data(), orig.data());
+      int bad = 0;
+      for (int e = 0; e < dvn; ++e)
+        for (int i = 0; i < d; ++i) {
+          if (!basis) {
+            bad += hat[std::size_t(e * d + i)] != M(i, e);
+            bad += orig[std::size_t(e * d + i)] != 7.0;  // not written
+            continue;
+          }
+          LD want = 0, mag = 0;  // Mᵀ = M̂ᵀ F(0), F(0)[r][i] = (F(0) e_i)_r
+          for (int r = 0; r < d; ++r) {
+            want += LD(hat[std::size_t(e * d + r)]) * LD(F0[std::size_t(i * d + r)]);
+            mag += std::abs(LD(hat[std::size_t(e * d + r)]) * LD(F0[std::size_t(i * d + r)]));
+          }
+          const LD tol = Tol<double>::roundings(2 * d + 2) * mag;
+          bad += !(std::abs(LD(orig[std::size_t(e * d + i)]) - want) <= tol);
+          bad += !(std::abs(LD(M(i, e)) - want) <= tol);
+        }
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("linear state: relative_rows equals matrix() in both frames", "[linear_state_backward]") {
+  check_relative_rows<RetNetRotationFam>({6, 6, 2, 1, 100, 112, true, false, false}, false, 91,
+                                         {1 - 1.0 / 32, 1 - 1.0 / 64});
+  check_relative_rows<MixedFam>({5, 5, 2, 1, -3, 3, true, false, false}, false, 92, {0.9, 0.97});
+  check_relative_rows<BasisChangeFam>({5, 5, 2, 1, 0, 6, true, false, false}, true, 93, {});
+}
+
 TEST_CASE("linear state step backward: a chain of steps equals the sequence's backward",
           "[linear_state_backward]") {
   const std::vector<double> retnet{1 - 1.0 / 32, 1 - 1.0 / 64, 1 - 1.0 / 128, 1 - 1.0 / 256};

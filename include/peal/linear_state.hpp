@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -175,6 +176,7 @@ class LinearState {
     q0_.resize(k0_.size());
     ops_.coefficients(&zero, 1, k0_.data(), false, rel_);
     ops_.coefficients(&zero, 1, q0_.data(), true, rel_);
+    unit0_ = read_frame(nullptr);
   }
 
   bool empty() const { return st_.empty; }
@@ -285,6 +287,46 @@ class LinearState {
     }
     return M;
   }
+
+  /// State head σ in the relative frame without a copy of the state (for
+  /// linear_state_backward.hpp; not part of the user API): `hat` (dv rows of d doubles,
+  /// row-major) gets W = M̂ᵀ, the state in the coder's coordinates (M̂ = G(0) M: a key enters
+  /// as G(s) k), advanced in a buffer when the state is held in the absolute frame (what
+  /// to_relative() does); `orig`, when given, gets Mᵀ = M̂ᵀ F(0) in the original coordinates
+  /// (matrix(σ) transposed, up to rounding), F(0) loaded as a read loads the unit queries.
+  /// Where original_coordinates() (no BasisChange), M = M̂ and `orig` is not written. O(d dv)
+  /// (O(d² dv) with a basis), where matrix() reads d unit queries through W.
+  void relative_rows(Index sigma, double* hat, double* orig) const {
+    using RowMat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using RowMatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const Index d = st_.d, dv = st_.dv;
+    if (unit0_) orig = nullptr;
+    Eigen::Map<RowMatD> out(hat, dv, d);
+    if (st_.empty || d == 0 || dv == 0) {
+      out.setZero();
+      if (orig) Eigen::Map<RowMatD>(orig, dv, d).setZero();
+      return;
+    }
+    RowMat W = Eigen::Map<const RowMat>(st_.w(sigma), dv, d);
+    if (abs_) {  // M(T) = γ^(T − T0) A(T) N
+      const double t = st_.time;
+      detail::linear::Buffer<C> coef(q0_.size()), scratch(std::size_t(ops_.scratch_size()));
+      std::vector<double> rel;
+      ops_.coefficients(&t, 1, coef.data(), false, rel);
+      ops_.advance(W.data(), dv, coef.data(),
+                   C(std::exp(st_.lam[std::size_t(sigma)] * (t - t0_[std::size_t(sigma)]))),
+                   scratch.data());
+    }
+    out = W.template cast<double>();
+    if (orig) {
+      RowMat L(d, d);
+      read_frame(&L);
+      Eigen::Map<RowMatD>(orig, dv, d) = (W * L).template cast<double>();
+    }
+  }
+  /// Whether the coder's coordinates are the original ones: F(0) = G(0) = I, every encoding
+  /// but one with a BasisChange (whose keys enter as P⁻¹ k); for linear_state_backward.hpp.
+  bool original_coordinates() const { return unit0_; }
 
   /// The facts (heads, dims, time, scale, decay, normalization; W in whichever frame it is):
   /// what linear_attention checks before it touches the state (not part of the user API).
@@ -397,6 +439,7 @@ class LinearState {
   std::vector<double> rel_;
   double last_dt_ = std::numeric_limits<double>::quiet_NaN();
   bool abs_ = false;        // W holds N (the absolute frame, see the top of the file)
+  bool unit0_ = true;       // F(0) = I in the coder's coordinates (read_frame)
   std::vector<double> t0_;  // per state head: T0 of N
 
   // Relative -> absolute frame: N = A(−T) M(T), T0 = T.
@@ -409,6 +452,29 @@ class LinearState {
     for (Index s = 0; s < st_.heads; ++s) ops_.advance(st_.w(s), st_.dv, step_.data(), C(1), scratch_.data());
     t0_.assign(std::size_t(st_.heads), st_.time);
     abs_ = true;
+  }
+  // F(0) as a read loads the unit queries (column i: e_i loaded) into L (d x d, row-major; null:
+  // not wanted); returns whether it is the identity.
+  template <class RowMat>
+  bool read_frame(RowMat* L) const {
+    const Index d = st_.d;
+    detail::linear::Buffer<C> e(std::size_t(d), C(0)), scratch(std::size_t(ops_.scratch_size()));
+    detail::linear::Buffer<C> qh(static_cast<std::size_t>(d));
+    bool unit = true;
+    for (Index i = 0; i < d; ++i) {
+      e[std::size_t(i)] = 1;
+      ops_.load_rows(TensorView<const C>(e.data(), 1, 1, d), 0, 1, 0, q0_.data(), true, true,
+                     nullptr, qh.data(), scratch.data());
+      e[std::size_t(i)] = 0;
+      for (Index r = 0; r < d; ++r) {
+        if (L) (*L)(r, i) = qh[std::size_t(r)];
+        unit = unit && qh[std::size_t(r)] == C(r == i ? 1 : 0);
+      }
+    }
+    return unit;
+  }
+  bool read_frame(std::nullptr_t) const {
+    return read_frame(static_cast<Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic>*>(nullptr));
   }
   // Absolute -> relative frame: M(T) = γ^(T − T0) A(T) N.
   void to_relative() {

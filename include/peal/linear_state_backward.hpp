@@ -23,8 +23,8 @@
 // linear_attention_backward's (linear_attention_backward.hpp); a step's single pair has lag 0
 // (A(0) = I: no parameter or decay share) and is formed directly.
 // An empty state (no key yet) holds no sums: the forward does not read it, and its gradient is
-// 0. Arithmetic: double for the states, their adjoints and the sums (the state's own numbers are
-// read back through LinearState::matrix). Threads: over the key heads, each with its own sums,
+// 0. Arithmetic: double for the states, their adjoints and the sums (the state's own rows, M̂ in
+// the coder's coordinates: LinearState::relative_rows, without a copy of the state). Threads: over the key heads, each with its own sums,
 // added in head order: any thread count gives the bits of one thread.
 // Not differentiated: normalization = retnet (refused: the state's running sum of decays would
 // need an adjoint; linear_attention_backward differentiates it for a call without a state) and
@@ -177,7 +177,10 @@ class Run {
     DQ_.assign(std::size_t(nq_ * Hq_ * d_), 0.0);
     DK_.assign(std::size_t(nk_ * Hk_ * d_), 0.0);
     DV_.assign(std::size_t(nk_ * Hk_ * dv_), 0.0);
-    DS_.assign(std::size_t(heads_ * d_ * dv_), 0.0);
+    // ∂L/∂M: every entry is written below unless the state is empty (the buffer is the
+    // calling thread's, kept across calls: [heads, d, dv] is the size of the state itself).
+    DS_.resize(std::size_t(heads_ * d_ * dv_));
+    if (empty_) std::fill(DS_.begin(), DS_.end(), 0.0);
   }
 
   template <bool Chunk, class Tdq, class Tdk, class Tdv, class Tdsi>
@@ -193,10 +196,6 @@ class Run {
       } else {
         step_pair();
       }
-    }
-    if (!empty_) {  // the state's numbers, in the relative frame, once
-      rel_ = std::make_unique<LinearState<E, C>>(state_);
-      rel_->storage();
     }
     std::vector<Part> parts(static_cast<std::size_t>(Hk_));
     int nt = 1;
@@ -245,7 +244,36 @@ class Run {
         (*g_.decay)[std::size_t(h)] += p.dlam[std::size_t(h)] / state_.facts().decay[std::size_t(h)];
   }
 
-  // Key head kh: its state heads (one, or G with decays), each with its readers.
+  // The working matrices of group(), kept by each thread across calls (resized, not
+  // reallocated, while the shapes repeat): a truncated-BPTT loop calls the step backward once
+  // per token, and fresh state-sized matrices per call cost page faults and zero-filling
+  // several times the arithmetic (bench/README.md, "State step backward").
+  struct Work {
+    RowMatrix Kx, Khat, Vr, dKhat, dKx, U, Mhat, dMhat, Mrows, dMrows, Uhat, dUhat, Dhat, dDhat, GV,
+        KD;
+    std::vector<double> relk, g;
+  };
+  static Work& work() {
+    thread_local Work w;
+    return w;
+  }
+
+  // f(i, e) for i < m, e < n, in square blocks: a transpose between [d, dv] and rows of d
+  // walks one side with a stride of dv elements (1 KiB for dv = 128 doubles, which maps a
+  // column onto a few cache sets); blocks keep both sides in L1.
+  template <class F>
+  static void transposed(Index m, Index n, F&& f) {
+    constexpr Index kB = 16;
+    for (Index i0 = 0; i0 < m; i0 += kB)
+      for (Index e0 = 0; e0 < n; e0 += kB)
+        for (Index i = i0; i < std::min(m, i0 + kB); ++i)
+          for (Index e = e0; e < std::min(n, e0 + kB); ++e) f(i, e);
+  }
+
+  // Key head kh: its state heads (one, or G with decays), each with its readers. M̂ = G(0) M is
+  // the state's own rows (LinearState::relative_rows); where F(0) = G(0) = I (no basis change),
+  // D̂ = F(0) D is D and ∂L/∂M = G(0)ᵀ dM̂ is dM̂, with no parameter share (A(0) = I for every
+  // parameter value), so those passes are skipped.
   void group(Index kh, Part& p) const {
     std::vector<R>* params = nullptr;
     if (g_.parameters) {
@@ -255,17 +283,19 @@ class Run {
     p.dlam.assign(std::size_t(Hq_), 0.0);
     const Index ns = heads_ == Hq_ ? G_ : 1;
     const bool keys = nk_ > 0 && !ds_.empty();
-    RowMatrix Kx, Khat, Vr, dKhat, dKx;
-    std::vector<double> relk;
+    const bool unit = state_.original_coordinates();
+    Work& w = work();
+    std::vector<double>& relk = w.relk;
+    relk.clear();
     if (keys) {  // the keys as the new-key term reads them: k̂_j = G(s_j − T') k_j
-      Kx.resize(nk_, d_), Khat.resize(nk_, d_), Vr.resize(nk_, dv_);
-      dKhat.setZero(nk_, d_), dKx.resize(nk_, d_);
-      linear_backward::gather(k_, 0, nk_, kh, Kx.data(), d_);
-      linear_backward::gather(v_, 0, nk_, kh, Vr.data(), dv_);
+      w.Kx.resize(nk_, d_), w.Khat.resize(nk_, d_), w.Vr.resize(nk_, dv_);
+      w.dKhat.setZero(nk_, d_), w.dKx.resize(nk_, d_);
+      linear_backward::gather(k_, 0, nk_, kh, w.Kx.data(), d_);
+      linear_backward::gather(v_, 0, nk_, kh, w.Vr.data(), dv_);
       for (Index j = 0; j < nk_; ++j) relk.push_back(s_[std::size_t(j)] - T1_);
       if (d_ > 0)
-        encode_keys(enc_, TensorView<const double>(Kx.data(), nk_, 1, d_),
-                    TensorView<double>(Khat.data(), nk_, 1, d_), Positions(relk));
+        encode_keys(enc_, TensorView<const double>(w.Kx.data(), nk_, 1, d_),
+                    TensorView<double>(w.Khat.data(), nk_, 1, d_), Positions(relk));
     }
     // The dv rows of a state-sized matrix share one position (0, or Δ for the transport): they
     // go through the encode kernels as the dv heads of one token, so that the encoding's
@@ -280,27 +310,26 @@ class Run {
       const Index sigma = kh * ns + x, h0 = heads_ == Hq_ ? sigma : kh * G_, R_ = heads_ == Hq_ ? 1 : G_;
       const double l = lam(sigma);
       double* dstate = DS_.data() + sigma * d_ * dv_;  // [d, dv] of the result
-      RowMatrix U;                                     // D = ∂L/∂M' as rows: Uᵀ = D (dv x d)
+      RowMatrix& U = w.U;                              // D = ∂L/∂M' as rows: Uᵀ = D (dv x d)
       if (!ds_.empty()) {
         U.resize(dv_, d_);
-        for (Index i = 0; i < d_; ++i)
-          for (Index e = 0; e < dv_; ++e) U(e, i) = to_arith<double>(ds_(sigma, i, e));
+        transposed(d_, dv_, [&](Index i, Index e) { U(e, i) = to_arith<double>(ds_(sigma, i, e)); });
       }
-      RowMatrix Mrows, Mhat, dMhat;  // M as rows (dv x d), M̂ = G(0) M, its adjoint
+      // M̂ as rows (dv x d), its adjoint, and M as rows where the coordinates differ.
+      RowMatrix &Mhat = w.Mhat, &dMhat = w.dMhat, &Mrows = w.Mrows;
+      Mhat.resize(dv_, d_);
+      if (!unit) Mrows.resize(dv_, d_);
+      state_.relative_rows(sigma, Mhat.data(), unit ? nullptr : Mrows.data());
       if (!empty_) {
-        const Matrix<double> M = rel_->matrix(sigma);  // d x dv, column-major: rows of Mᵀ
-        Mrows = M.transpose();
-        Mhat.resize(dv_, d_);
         dMhat.setZero(dv_, d_);
-        if (d_ > 0 && dv_ > 0)
-          encode_keys(enc_, heads(Mrows), heads_out(Mhat), at0);
         // The reads: queries at t_i − T against M̂.
         if (nq_ > 0 && d_ > 0)
           for (Index r = 0; r < R_; ++r) read_back(h0 + r, l, Mhat, dMhat, params, p);
         // The transport of the state to T': Û = F(Δ) D against M̂.
         if (!ds_.empty() && d_ > 0 && dv_ > 0) {
           const double delta = T1_ - T_, gd = std::exp(l * delta);
-          RowMatrix Uhat(dv_, d_), dUhat(dv_, d_);
+          RowMatrix &Uhat = w.Uhat, &dUhat = w.dUhat;
+          Uhat.resize(dv_, d_);
           const Positions at(&delta, 1);
           encode_queries(enc_, heads(U), heads_out(Uhat), at);
           dUhat = gd * Mhat;
@@ -313,39 +342,49 @@ class Run {
       }
       // The new keys into M': D̂ = F(0) D against k̂_j, times g_j v_j.
       if (keys && d_ > 0 && dv_ > 0) {
-        RowMatrix Dhat(dv_, d_), dDhat(dv_, d_), GV(nk_, dv_), KD(nk_, dv_);
-        encode_queries(enc_, heads(U), heads_out(Dhat), at0);
-        std::vector<double> g(std::size_t(nk_), 1.0);
+        RowMatrix &Dhat = w.Dhat, &GV = w.GV, &KD = w.KD;
+        if (!unit) {
+          Dhat.resize(dv_, d_);
+          encode_queries(enc_, heads(U), heads_out(Dhat), at0);
+        }
+        const RowMatrix& D = unit ? U : Dhat;
+        std::vector<double>& g = w.g;
+        g.assign(std::size_t(nk_), 1.0);
         for (Index j = 0; l != 0 && j < nk_; ++j) g[std::size_t(j)] = std::exp(-l * relk[std::size_t(j)]);
         const Eigen::Map<const Eigen::VectorXd> gv(g.data(), nk_);
-        GV.noalias() = gv.asDiagonal() * Vr;
-        KD.noalias() = Khat * Dhat.transpose();  // nk x dv: (D̂ᵀ k̂_j)ᵀ
-        dKhat.noalias() += GV * Dhat;
+        GV.noalias() = gv.asDiagonal() * w.Vr;
+        KD.noalias() = w.Khat * D.transpose();  // nk x dv: (D̂ᵀ k̂_j)ᵀ
+        w.dKhat.noalias() += GV * D;
         Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>> DVk(DV_.data() + kh * dv_, nk_, dv_,
                                                            Eigen::OuterStride<>(Hk_ * dv_));
         DVk.noalias() += gv.asDiagonal() * KD;
-        dDhat.noalias() = GV.transpose() * Khat;
         if (l != 0)
           for (Index j = 0; j < nk_; ++j)
             p.dlam[std::size_t(h0)] += -relk[std::size_t(j)] * GV.row(j).dot(KD.row(j));
-        if (params)
-          encode_queries_backward(enc_, heads(U), at0, heads(dDhat), TensorView<double>(),
+        if (params && !unit) {  // P's share through D̂ = F(0) D
+          w.dDhat.noalias() = GV.transpose() * w.Khat;
+          encode_queries_backward(enc_, heads(U), at0, heads(w.dDhat), TensorView<double>(),
                                   {params});
+        }
       }
       // ∂L/∂M = G(0)ᵀ dM̂ (an empty state: 0).
       if (!empty_ && d_ > 0 && dv_ > 0) {
-        RowMatrix dMrows(dv_, d_);
-        encode_keys_backward(enc_, heads(Mrows), at0, heads(dMhat), heads_out(dMrows), {params});
-        for (Index i = 0; i < d_; ++i)
-          for (Index e = 0; e < dv_; ++e) dstate[i * dv_ + e] = dMrows(e, i);
+        const RowMatrix* dM = &dMhat;
+        if (!unit) {
+          w.dMrows.resize(dv_, d_);
+          encode_keys_backward(enc_, heads(Mrows), at0, heads(dMhat), heads_out(w.dMrows),
+                               {params});
+          dM = &w.dMrows;
+        }
+        transposed(d_, dv_, [&](Index i, Index e) { dstate[i * dv_ + e] = (*dM)(e, i); });
       }
     }
     if (keys && d_ > 0) {  // dk of the new-key terms, summed over the key head's states
-      encode_keys_backward(enc_, TensorView<const double>(Kx.data(), nk_, 1, d_), Positions(relk),
-                           TensorView<const double>(dKhat.data(), nk_, 1, d_),
-                           TensorView<double>(dKx.data(), nk_, 1, d_), {params});
+      encode_keys_backward(enc_, TensorView<const double>(w.Kx.data(), nk_, 1, d_),
+                           Positions(relk), TensorView<const double>(w.dKhat.data(), nk_, 1, d_),
+                           TensorView<double>(w.dKx.data(), nk_, 1, d_), {params});
       for (Index j = 0; j < nk_; ++j)
-        for (Index e = 0; e < d_; ++e) DK_[std::size_t((j * Hk_ + kh) * d_ + e)] += dKx(j, e);
+        for (Index e = 0; e < d_; ++e) DK_[std::size_t((j * Hk_ + kh) * d_ + e)] += w.dKx(j, e);
     }
   }
 
@@ -389,9 +428,13 @@ class Run {
   std::vector<double> t_, s_, lam_;
   bool empty_ = true;
   double T_ = 0, T1_ = 0, scale_ = 1;
-  std::unique_ptr<LinearState<E, C>> rel_;
   // dq, dk, dv and ∂L/∂M in double ([tokens, heads, dim]; [heads, d, dv]), written once.
-  mutable std::vector<double> DQ_, DK_, DV_, DS_;
+  mutable std::vector<double> DQ_, DK_, DV_;
+  std::vector<double>& DS_ = state_sums();
+  static std::vector<double>& state_sums() {
+    thread_local std::vector<double> v;
+    return v;
+  }
 };
 
 // The checks of both public calls, then the backward (Pairs: the pairs within a call of
