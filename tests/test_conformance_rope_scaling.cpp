@@ -8,8 +8,10 @@ using peal::Layout;
 using peal::RopeType;
 using peal_test::conformance::run_kernel_conformance;
 
+// [others_shard]: run by ctest's peal_tests_others, to balance the two shards
+// (tests/CMakeLists.txt).
 TEST_CASE("kernel conformance: RoPE presets with YaRN, LongRoPE and Llama 3 scaling",
-          "[conformance]") {
+          "[conformance][others_shard]") {
   // Both layouts, full and partial rotary, as above.
   run_kernel_conformance<RopeFam<RopeType::Yarn, Layout::HalfSplit, 32>>(315);
   run_kernel_conformance<RopeFam<RopeType::Yarn, Layout::Interleaved, 48, 75>>(316);
