@@ -256,15 +256,11 @@ TEST_CASE("canonical_form: a skew-symmetric generator gives pure rotations, orth
   }
 }
 
-TEST_CASE("canonical_form: the encoding runs through encode, scores, attention and linear attention",
-          "[canonical]") {
-  std::mt19937 rng(7);
-  const std::vector<Want> ws = {{Kind::Real, 1, -0.3L, 0, 0},
-                                {Kind::Rotation, 1, 0, 0.8L, 0},
-                                {Kind::Rotation, 1, 0, 0.25L, -0.05L},
-                                {Kind::Jordan, 2, 0, 0, 0},
-                                {Kind::RotationJordan, 2, 0, 0.5L, -0.1L},
-                                {Kind::PassThrough, 1, 0, 0, 0}};
+// The canonical encoding of X = P J P⁻¹ through every kernel, against q_iᵀ exp((t − s)X) k_j in
+// long double. exp(τX) for the positions' differences (all multiples of 1/2) as powers of
+// exp(X/2) and exp(−X/2) (the group law; two matrix exponentials, not one per pair).
+void check_through_kernels(const std::vector<Want>& ws, unsigned seed) {
+  std::mt19937 rng(seed);
   const MatL J = make_J(ws);
   const int d = int(J.rows()), nq = 5, nk = 6, H = 2;
   const long double kappa = 10;
@@ -281,8 +277,16 @@ TEST_CASE("canonical_form: the encoding runs through encode, scores, attention a
   for (auto& x : k) x = U(rng);
   std::vector<double> tq = {0, 1.5, 3, 4, 9}, tk = {-2, 0, 1, 2.5, 6, 8};
   // reference: q_iᵀ exp((t − s)X) k_j in long double
+  const MatL half_up = MatL(Xl / 2).exp(), half_down = MatL(-Xl / 2).exp();
+  std::vector<MatL> up{MatL::Identity(d, d)}, down{MatL::Identity(d, d)};  // exp(±m X/2)
+  auto expm = [&](long double tau) -> const MatL& {
+    const long m = std::lround(2 * tau);
+    std::vector<MatL>& pw = m >= 0 ? up : down;
+    while (long(pw.size()) <= std::labs(m)) pw.push_back(pw.back() * (m >= 0 ? half_up : half_down));
+    return pw[std::size_t(std::labs(m))];
+  };
   auto ref = [&](int h, int i, int j, long double& scale) {
-    const MatL A = MatL(Xl * ((long double)tq[std::size_t(i)] - tk[std::size_t(j)])).exp();
+    const MatL& A = expm((long double)tq[std::size_t(i)] - tk[std::size_t(j)]);
     Eigen::Matrix<long double, Eigen::Dynamic, 1> qv(d), kv(d);
     for (int c = 0; c < d; ++c) {
       qv(c) = q[std::size_t((i * H + h) * d + c)];
@@ -393,6 +397,35 @@ TEST_CASE("canonical_form: the encoding runs through encode, scores, attention a
                 tol + peal_test::Tol<double>::eps * std::abs(r));
         }
   }
+}
+
+TEST_CASE("canonical_form: the encoding runs through encode, scores, attention and linear attention",
+          "[canonical]") {
+  check_through_kernels({{Kind::Real, 1, -0.3L, 0, 0},
+                         {Kind::Rotation, 1, 0, 0.8L, 0},
+                         {Kind::Rotation, 1, 0, 0.25L, -0.05L},
+                         {Kind::Jordan, 2, 0, 0, 0},
+                         {Kind::RotationJordan, 2, 0, 0.5L, -0.1L},
+                         {Kind::PassThrough, 1, 0, 0, 0}},
+                        7);
+}
+
+TEST_CASE("canonical_form: a basis too large for the tiles (d = 67) runs through every kernel",
+          "[canonical]") {
+  // d² doubles past 32 KiB: scores and attention take the rows into the basis before the tiles
+  // (detail/basis_rows.hpp), the other kernels as above. Six copies of each block type with
+  // distinct eigenvalues, one pass-through.
+  std::vector<Want> ws;
+  for (int c = 0; c < 6; ++c) {
+    ws.push_back({Kind::Real, 1, -0.3L - 0.07L * c, 0, 0});
+    ws.push_back({Kind::Rotation, 1, 0, 0.8L + 0.13L * c, 0});
+    ws.push_back({Kind::Rotation, 1, 0, 0.25L + 0.1L * c, -0.05L});
+    ws.push_back({Kind::Jordan, 2, -0.04L * c, 0, 0});
+    ws.push_back({Kind::RotationJordan, 2, 0, 0.5L + 0.07L * c, -0.1L});
+  }
+  ws.push_back({Kind::PassThrough, 1, 0, 0, 0});
+  REQUIRE(peal::detail::basis_rows_first<double>(67));
+  check_through_kernels(ws, 8);
 }
 
 TEST_CASE("canonical_form: nearly defective generators", "[canonical]") {

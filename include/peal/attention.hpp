@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "block_diagonal.hpp"
+#include "detail/basis_rows.hpp"
 #include "detail/overlap.hpp"
 #include "detail/storage.hpp"
 #include "detail/tiled/attention_sink.hpp"
@@ -188,9 +189,18 @@ void attention(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<T
   sm.softcap = opt.softcap;
   sm.alibi_slopes = opt.alibi_slopes;
   sm.sinks = opt.sinks;
-  if (!opt.keys_encoded)  // read-only input views: one kernel per storage (detail::ro)
+  if (!opt.keys_encoded) {  // read-only input views: one kernel per storage (detail::ro)
+    if constexpr (detail::is_basis_change<E>::value) {  // E's kernel on P^T q, P^{-1} k
+      if (detail::basis_rows_first<C>(q.dim())) {
+        std::vector<C> qb, kb;
+        return sk::run_attention<C>(enc.inner(), detail::basis_rows<C>(enc, q, true, qb), tq,
+                                    detail::basis_rows<C>(enc, k, false, kb), tk, detail::ro(v),
+                                    out, so, sm, opt.lse);
+      }
+    }
     return sk::run_attention<C>(enc, detail::ro(q), tq, detail::ro(k), tk, detail::ro(v), out, so, sm,
                                 opt.lse);
+  }
   // The cache holds G(s_j) k_j: score = (F(t_i) q_i)^T (G(s_j) k_j), an identity encoding on
   // the encoded queries (one copy of q in the arithmetic type).
   const Index nq = q.tokens(), Hq = q.heads(), d = q.dim();

@@ -7,6 +7,7 @@
 
 #include <Eigen/Core>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "detail/math/lu_inverse.hpp"
@@ -76,6 +77,13 @@ class BasisChange {
   E inner_;
   MatrixType P_, Pinv_;
 };
+
+namespace detail {
+template <class E>
+struct is_basis_change : std::false_type {};
+template <class I>
+struct is_basis_change<BasisChange<I>> : std::true_type {};
+}  // namespace detail
 
 /// The encoding with generator P X P^{-1}, X the generator of `inner`.
 template <class E, class Derived>

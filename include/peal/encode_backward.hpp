@@ -479,10 +479,7 @@ void accumulate(const BasisChange<I>& enc, Side side, const TensorView<TX>& x,
   }
 }
 
-template <class E>
-struct is_basis_change : std::false_type {};
-template <class I>
-struct is_basis_change<BasisChange<I>> : std::true_type {};
+using detail::is_basis_change;  // basis_change.hpp
 
 template <class E>
 struct is_multi_axis : std::false_type {};

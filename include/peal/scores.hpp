@@ -59,6 +59,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "detail/basis_rows.hpp"
 #include "detail/overlap.hpp"
 #include "detail/storage.hpp"
 #include "detail/tiled/scores_sink.hpp"
@@ -218,6 +219,13 @@ void scores(const E& enc, TensorView<Tq> q, const Positions& tq, TensorView<Tk> 
   if (q.tokens() == 0 || k.tokens() == 0 || q.heads() == 0) return;
   if (q.dim() == 0) return scores_reference(enc, q, tq, k, tk, out, opt);  // bias and mask only
   using C = sk::arith_t<Tq, Tk>;
+  if constexpr (detail::is_basis_change<E>::value) {  // E's kernel on P^T q, P^{-1} k
+    if (detail::basis_rows_first<C>(q.dim())) {
+      std::vector<C> qb, kb;
+      return sk::run_scores<C>(enc.inner(), detail::basis_rows<C>(enc, q, true, qb), tq,
+                               detail::basis_rows<C>(enc, k, false, kb), tk, out, opt);
+    }
+  }
   sk::run_scores<C>(enc, detail::ro(q), tq, detail::ro(k), tk, out, opt);
 }
 
