@@ -511,8 +511,11 @@ void linear_attention_backward(const E& enc, TensorView<Tq> q, const Positions& 
 /// place) and ADDS the encoding's parameter gradient (layout of peal::parameters) and the
 /// decays' (the state's options have them). Going back through a window, d_state_in of a step
 /// is d_state of the step before. threads: as LinearAttentionOptions::threads (results do not
-/// depend on it). Throws peal::invalid_argument before writing anything on the inputs step()
-/// refuses, on normalization = retnet, on d_state's or d_state_in's extents, gradient sizes and
+/// depend on it). Working memory: the calling thread and each worker keep their state-sized
+/// matrices (up to 9 d x dv doubles per thread, and [heads, d, dv] for ∂L/∂M in the calling thread)
+/// across calls, so that a window's steps do not allocate them again. Throws
+/// peal::invalid_argument before writing anything on the inputs step() refuses, on
+/// normalization = retnet, on d_state's or d_state_in's extents, gradient sizes and
 /// overlapping outputs.
 template <class E, class C, class Tk, class Tv, class Tq, class Tdo, class Tds, class Tdk,
           class Tdv, class Tdq, class Tdsi>
