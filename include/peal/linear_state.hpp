@@ -25,7 +25,6 @@
 #pragma once
 
 #include <cmath>
-#include <cstddef>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -308,19 +307,16 @@ class LinearState {
       return;
     }
     RowMat W = Eigen::Map<const RowMat>(st_.w(sigma), dv, d);
-    if (abs_) {  // M(T) = γ^(T − T0) A(T) N
-      const double t = st_.time;
+    if (abs_) {  // M(T) = γ^(T − T0) A(T) N, as to_relative()
       detail::linear::Buffer<C> coef(q0_.size()), scratch(std::size_t(ops_.scratch_size()));
       std::vector<double> rel;
-      ops_.coefficients(&t, 1, coef.data(), false, rel);
-      ops_.advance(W.data(), dv, coef.data(),
-                   C(std::exp(st_.lam[std::size_t(sigma)] * (t - t0_[std::size_t(sigma)]))),
-                   scratch.data());
+      ops_.coefficients(&st_.time, 1, coef.data(), false, rel);
+      advance_to_relative(sigma, W.data(), coef.data(), scratch.data());
     }
     out = W.template cast<double>();
     if (orig) {
       RowMat L(d, d);
-      read_frame(&L);
+      read_frame(L.data());
       Eigen::Map<RowMatD>(orig, dv, d) = (W * L).template cast<double>();
     }
   }
@@ -455,8 +451,7 @@ class LinearState {
   }
   // F(0) as a read loads the unit queries (column i: e_i loaded) into L (d x d, row-major; null:
   // not wanted); returns whether it is the identity.
-  template <class RowMat>
-  bool read_frame(RowMat* L) const {
+  bool read_frame(C* L) const {
     const Index d = st_.d;
     detail::linear::Buffer<C> e(std::size_t(d), C(0)), scratch(std::size_t(ops_.scratch_size()));
     detail::linear::Buffer<C> qh(static_cast<std::size_t>(d));
@@ -467,14 +462,17 @@ class LinearState {
                      nullptr, qh.data(), scratch.data());
       e[std::size_t(i)] = 0;
       for (Index r = 0; r < d; ++r) {
-        if (L) (*L)(r, i) = qh[std::size_t(r)];
+        if (L) L[r * d + i] = qh[std::size_t(r)];
         unit = unit && qh[std::size_t(r)] == C(r == i ? 1 : 0);
       }
     }
     return unit;
   }
-  bool read_frame(std::nullptr_t) const {
-    return read_frame(static_cast<Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic>*>(nullptr));
+  // Head s's rows W (dv of them) from the absolute frame N to the relative one, γ^(T − T0) A(T) N,
+  // coef the table of A(T) (keys' orientation).
+  void advance_to_relative(Index s, C* W, const C* coef, C* scratch) const {
+    ops_.advance(W, st_.dv, coef,
+                 C(std::exp(st_.lam[std::size_t(s)] * (st_.time - t0_[std::size_t(s)]))), scratch);
   }
   // Absolute -> relative frame: M(T) = γ^(T − T0) A(T) N.
   void to_relative() {
@@ -484,9 +482,7 @@ class LinearState {
     ops_.coefficients(&t, 1, step_.data(), false, rel_);
     last_dt_ = std::numeric_limits<double>::quiet_NaN();
     scratch_.resize(std::size_t(ops_.scratch_size()));
-    for (Index s = 0; s < st_.heads; ++s)
-      ops_.advance(st_.w(s), st_.dv, step_.data(),
-                   C(std::exp(st_.lam[std::size_t(s)] * (t - t0_[std::size_t(s)]))), scratch_.data());
+    for (Index s = 0; s < st_.heads; ++s) advance_to_relative(s, st_.w(s), step_.data(), scratch_.data());
     abs_ = false;
   }
   // The decode step in the absolute frame (see the top of the file).
