@@ -2,8 +2,8 @@
 // the tolerance; shared helpers: tests/scores_check.hpp): the JordanBlock<M >= 2> parts of a
 // composition evaluated per pair (every option, layout and storage type; which encodings take
 // that path), the rebasing tile plan, numerics at extreme positions (RetNet at n = 65536,
-// Jordan chains at 1e6, timestamps near 1.7e9, DBL_MAX, results past the range) and steep
-// decays applied per pair.
+// Jordan chains at 1e6, timestamps near 1.7e9, DBL_MAX, results past the range), steep
+// decays applied per pair, and a float basis change whose rows go into the basis first.
 #include "scores_check.hpp"
 
 // ---- Polynomial parts per pair (detail/coders/poly_parts.hpp) -------------------------------------
@@ -175,6 +175,30 @@ TEST_CASE("scores: which encodings take the per-pair path; the others stay corre
   const Eigen::JacobiSVD<Eigen::MatrixXd> svd(P);
   const double cond = svd.singularValues()(0) / svd.singularValues()(16);
   c.run_and_check<double>(bo, 0, eps_d, 15.0 * 15.0 * cond * cond);
+}
+
+TEST_CASE("scores: a float basis change past 32 KiB takes its rows into the basis first",
+          "[scores]") {
+  // d = 96: P holds 96² floats (36 KiB), so scores() multiplies the rows by P and P^{-T} once
+  // (detail/basis_rows.hpp) and runs the inner bank's tiles on them; the row GEMM reads dense
+  // rows in place and copies strided ones first. ρ = cond(P)^2, as for the double case above.
+  const int d = 96;
+  REQUIRE(!peal::detail::basis_rows_first<float>(90));
+  REQUIRE(peal::detail::basis_rows_first<float>(d));
+  std::mt19937 rng(306);
+  Eigen::MatrixXd P = Eigen::MatrixXd::Identity(d, d) + (0.3 / std::sqrt(double(d))) *
+                                                           Eigen::MatrixXd::Random(d, d);
+  const auto bc = peal::change_basis(rot_bank<double>(d / 2, peal::Layout::Interleaved, -0.001), P);
+  const Eigen::JacobiSVD<Eigen::MatrixXd> svd(P);
+  const double cond = svd.singularValues()(0) / svd.singularValues()(d - 1);
+  ScoreOptions opt;
+  opt.causal = true;
+  for (const Layout lq : {Layout::dense, Layout::elem_stride2}) {
+    INFO("query layout " << int(lq));
+    Case<float, decltype(bc)> c(bc, 37, 45, 4, 2, Positions::sequence(1e4 + 8.0),
+                                Positions::sequence(1e4), lq, Layout::offset_padded, rng);
+    c.run_and_check<float>(opt, 0, eps_f, cond * cond);
+  }
 }
 
 // ---- Rebasing: the tile plan ----------------------------------------------------------------
