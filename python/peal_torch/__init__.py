@@ -216,6 +216,7 @@ class _LinearSettings:
     form: str
     chunk: int
     threads: int
+    normalization: str
 
 
 def _linear_options(cfg, decay):
@@ -224,6 +225,7 @@ def _linear_options(cfg, decay):
     o.form = cfg.form
     o.chunk = cfg.chunk
     o.threads = cfg.threads
+    o.normalization = cfg.normalization
     o.decay = None if decay is None else _np(decay, torch.float64)
     return o
 
@@ -354,23 +356,32 @@ def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", c
 
 
 def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", decay=None,
-                     scale=None, form="automatic", chunk=0, threads=0):
+                     scale=None, form="automatic", chunk=0, threads=0, normalization="none"):
     """Causal linear attention (retention) with the rotation bank (inv_freq, damping):
 
         out_i = scale sum_{s_j <= t_i} decay_h^(t_i - s_j) (q_i^T A(t_i - s_j) k_j) v_j,
 
-    as peal::linear_attention computes it (include/peal/linear_attention.hpp, no
-    normalisation). Shapes as attention(); tq and tk must each be non-decreasing. decay [Hq]
+    as peal::linear_attention computes it (include/peal/linear_attention.hpp; no
+    normalisation unless asked, below). Shapes as attention(); tq and tk must each be non-decreasing. decay [Hq]
     in (0, 1] (RetNet's gamma_h; None: no decay) may require grad, as may every other tensor.
     form ("automatic", "parallel", "chunkwise", "recurrent") and chunk choose how the forward
     and the backward run (the same function): the backward is O(n) for "chunkwise" and
     "recurrent" (and "automatic" past 256 keys), quadratic in bounded memory for "parallel"
     (docs/gradients.md §4).
+
+    normalization="retnet": RetNet's normalisations as microsoft/torchscale applies them in
+    the form given (docs/linear-attention.md §5): each row's weights divided by
+    sqrt(sum_j decay^(t_i - s_j)) over its visible keys, then, in "parallel", the row by
+    clamp(sum_j |w_ij|, 1, 5e4), in "chunkwise" by torchscale's in-chunk and state bounds
+    (chunk must be given); "recurrent" divides by nothing more. The form must be given
+    ("automatic" raises). The backward holds the divisors torchscale detaches constant (the
+    abs sums and the state bound), as torchscale's autograd does, and differentiates the
+    square roots (decay, tq, tk).
     """
     interleaved = _layout(layout)
     inv_freq, damping = _parameters(inv_freq, damping)
     cfg = _LinearSettings(interleaved, None if scale is None else float(scale), str(form), int(chunk),
-                          int(threads))
+                          int(threads), str(normalization))
     return _LinearAttention.apply(q, k, v, tq, tk, inv_freq, damping, decay, cfg)
 
 

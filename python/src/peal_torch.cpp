@@ -179,6 +179,7 @@ struct LinearOptions {
   std::string form = "automatic";
   Index chunk = 0;
   int threads = 0;
+  std::string normalization = "none";
 
   peal::LinearAttentionOptions linear() const {
     peal::LinearAttentionOptions o;
@@ -186,6 +187,10 @@ struct LinearOptions {
     o.scale = scale;
     o.chunk = chunk;
     o.threads = threads;
+    if (normalization == "retnet")
+      o.normalization = peal::LinearNorm::retnet;
+    else if (normalization != "none")
+      fail("normalization must be 'none' or 'retnet', not '" + normalization + "'");
     using F = peal::LinearForm;
     static const std::pair<const char*, F> forms[] = {
         {"automatic", F::automatic}, {"parallel", F::parallel}, {"chunkwise", F::chunkwise},
@@ -199,7 +204,7 @@ struct LinearOptions {
   }
 };
 
-// Linear attention (normalization none): out [nq, Hq, dv].
+// Linear attention (normalization none or RetNet's, docs/linear-attention.md §5): out [nq, Hq, dv].
 template <class T>
 py::array_t<T> linear_forward(const In<T>& q, const In<double>& tq, const In<T>& k,
                               const In<double>& tk, const In<T>& v, const In<double>& omega,
@@ -332,7 +337,8 @@ PYBIND11_MODULE(_peal_torch, m) {
       .def_readwrite("scale", &LinearOptions::scale)
       .def_readwrite("form", &LinearOptions::form)
       .def_readwrite("chunk", &LinearOptions::chunk)
-      .def_readwrite("threads", &LinearOptions::threads);
+      .def_readwrite("threads", &LinearOptions::threads)
+      .def_readwrite("normalization", &LinearOptions::normalization);
   bind_storage<float>(m, "float32");
   bind_storage<double>(m, "float64");
 }

@@ -75,8 +75,11 @@ def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", c
 
 
 def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", decay=None,
-                     scale=None):
-    """Unbatched, causal by position (s_j <= t_i), no normalisation."""
+                     scale=None, normalization="none", form=None):
+    """Unbatched, causal by position (s_j <= t_i). normalization="retnet": torchscale's
+    parallel_forward (form "parallel": rows over sqrt(S_i), then over the detached
+    clamp(sum |w|, 1, 5e4)) or recurrent_forward (form "recurrent": over sqrt(S_i) only), with
+    S_i = sum of decay^(t_i - s_j) over the visible keys (docs/linear-attention.md §5)."""
     nq, Hq, d = q.shape
     Hk = k.shape[1]
     qe = encode(q, tq, inv_freq, damping, layout, "query")
@@ -92,4 +95,11 @@ def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_sp
                       torch.log(decay.to(q.dtype))[:, None, None])
         s = s * w
     s = s.masked_fill(~visible, 0.0)
+    if normalization == "retnet":
+        assert form in ("parallel", "recurrent"), form
+        weights = w if decay is not None else torch.ones_like(tau)[None].expand(Hq, nq, -1)
+        S = weights.masked_fill(~visible, 0.0).sum(-1, keepdim=True)
+        s = s / S.sqrt()
+        if form == "parallel":
+            s = s / s.detach().abs().sum(-1, keepdim=True).clamp(1, 5e4)
     return torch.einsum("hij,jhd->ihd", s, ve)

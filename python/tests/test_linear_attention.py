@@ -3,7 +3,9 @@
 The same protocol as test_peal_torch.py: float64 gradcheck of every input (q, k, v, both
 position tensors, frequencies, dampings, decays), float64 values and gradients against
 reference.linear_attention's autograd for every form, float32 against the float64 truth (at
-most twice PyTorch's own float32 error plus one ulp of the scale), bad input as ValueError.
+most twice PyTorch's own float32 error plus one ulp of the scale), RetNet's normalisation
+against torchscale's parallel and recurrent formulas (and gradcheck for the three forms), bad
+input as ValueError.
 """
 
 import os
@@ -89,6 +91,38 @@ def test_linear_attention_float32_as_accurate_as_pytorch_float32(layout):
         assert e_ours <= 2 * e_ref + F32_ULP * s, (name, float(e_ours), float(e_ref))
 
 
+@pytest.mark.parametrize("layout", ["half_split", "interleaved"])
+@pytest.mark.parametrize("form", ["parallel", "recurrent"])
+def test_retnet_normalization_matches_torchscale_float64(layout, form):
+    # Unit-size q and k: the parallel form's row sums of |w| pass 1, so its detached divisor
+    # (torchscale's clamp(sum |w|, 1, 5e4)) is not the constant 1.
+    p, names = problem(damped=True, decayed=True)
+    tensors = [p[n] for n in names]
+    fixed = dict(normalization="retnet", form=form)
+    ours = runner(p, names, peal_torch.linear_attention, layout, **fixed)(*tensors)
+    ref = runner(p, names, reference.linear_attention, layout, **fixed)(*tensors)
+    assert torch.allclose(ours, ref, rtol=1e-10, atol=1e-12)
+    plain = runner(p, names, peal_torch.linear_attention, layout, form=form)(*tensors)
+    assert not torch.allclose(ours, plain, rtol=1e-3)  # the option is not ignored
+    d_out = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad(ours, tensors, d_out), torch.autograd.grad(ref, tensors, d_out)):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-11 * (1 + b.abs().max()))
+
+
+@pytest.mark.parametrize("form", [dict(form="parallel"), dict(form="chunkwise", chunk=3),
+                                  dict(form="recurrent")])
+def test_retnet_normalization_gradcheck(form):
+    # Small q and k: every detached divisor (the abs sums, the chunkwise state bound) is clamped
+    # to 1, so the op's own central differences are its exact derivative; the square roots of
+    # sum decay^(t - s) stay differentiated (decay, tq, tk). Pure rotations: chunkwise needs them.
+    p, names = problem(damped=False, decayed=True)
+    with torch.no_grad():
+        p["q"].mul_(0.05)
+        p["k"].mul_(0.05)
+    f = runner(p, names, peal_torch.linear_attention, "half_split", normalization="retnet", **form)
+    assert torch.autograd.gradcheck(f, [p[n] for n in names], eps=1e-6, atol=1e-7)
+
+
 def test_linear_attention_bad_input():
     p, _ = problem(damped=False, decayed=False)
     args = (p["q"], p["k"], p["v"], p["tq"], p["tk"], p["inv_freq"])
@@ -96,6 +130,12 @@ def test_linear_attention_bad_input():
         peal_torch.linear_attention(p["q"], p["k"], p["v"], p["tq"].flip(0), p["tk"], p["inv_freq"])
     with pytest.raises(ValueError, match="form"):
         peal_torch.linear_attention(*args, form="quadratic")
+    with pytest.raises(ValueError, match="normalization"):
+        peal_torch.linear_attention(*args, normalization="softmax")
+    with pytest.raises(ValueError, match="form"):  # RetNet's normalisation depends on the form
+        peal_torch.linear_attention(*args, normalization="retnet")
+    with pytest.raises(ValueError, match="chunk"):
+        peal_torch.linear_attention(*args, normalization="retnet", form="chunkwise")
     with pytest.raises(ValueError):
         peal_torch.linear_attention(*args, decay=torch.tensor([0.9, 1.5, 0.5, 0.5], dtype=F64))
     with pytest.raises(ValueError):
