@@ -70,6 +70,9 @@ struct CanonicalOptions {
   std::optional<double> skew;
   /// κ₂(P) above this is warned about. Default 1 / √u.
   std::optional<double> kappa_warning;
+  /// A family (canonical_axes.hpp) commutes when ‖X_a X_b − X_b X_a‖_F ≤ commute ‖X_a‖_F ‖X_b‖_F
+  /// for every pair. Default 64 d u (generators rounded to S from commuting ones: ~4 √d u).
+  std::optional<double> commute;
 };
 
 /// One block found, in the order of CanonicalEncoding's parts.

@@ -7,7 +7,8 @@
 // same block structure (same sizes and layout: a rotation block then has per-axis ω ∈ ℝᴰ and
 // a ∈ ℝᴰ, angle ω·p and growth a·p; a real block λ ∈ ℝᴰ), and blocks of the same structure
 // commute when their small generators do (checked per block). Then F(p) = A(p)ᵀ,
-// G(p) = A(−p), F(p)ᵀ G(p') = A(p − p'), and everything 1-D carries over with vectors:
+// G(p) = A(−p) (axes in one basis, BasisChange<E>: the basis change's F = A_J(p)ᵀ Pᵀ and
+// G = A_J(−p) P⁻¹), F(p)ᵀ G(p') = A(p − p'), and everything 1-D carries over with vectors:
 // the score depends on p − p' only (translation invariance along every direction).
 //
 // Pairs that follow one axis only (M-RoPE's t/h/w sections, axial ViT RoPE) have ω zero on
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "bank.hpp"
+#include "basis_change.hpp"
 #include "block_diagonal.hpp"
 #include "errors.hpp"
 #include "positions_nd.hpp"
@@ -75,6 +77,12 @@ bool parts_commute(const BlockDiagonal<P...>& x, const BlockDiagonal<P...>& y,
 template <class... P>
 bool axes_commute(const BlockDiagonal<P...>& x, const BlockDiagonal<P...>& y) {
   return parts_commute(x, y, std::index_sequence_for<P...>{});
+}
+// Axes in one basis (canonical_axes.hpp): X_a = P J_a P⁻¹ commute when the J_a do. Checked on
+// the J_a (exact structure), not on the dense P J_a P⁻¹, whose rounding in S grows with κ(P).
+template <class E>
+bool axes_commute(const BasisChange<E>& x, const BasisChange<E>& y) {
+  return x.P() == y.P() && axes_commute(x.inner(), y.inner());
 }
 
 template <class P>
@@ -136,13 +144,22 @@ class MultiAxis {
     for (int a = 1; a < axes(); ++a) m = (m * axis(a).A(Real(p[a]))).eval();
     return m;
   }
+  /// F(p) = A(p)ᵀ and G(p) = A(−p); for axes in one basis (BasisChange<E>, one P), the basis
+  /// change's factors, as in 1-D: F(p) = A_J(p)ᵀ Pᵀ, G(p) = A_J(−p) P⁻¹ with A_J(p) the inner
+  /// encodings' product (F(p)ᵀ G(p') = A(p − p') either way).
   template <class P>
   MatrixType F(const P& p) const {
-    return MatrixType(A(p).transpose());
+    if constexpr (detail::is_basis_change<E>::value)
+      return MatrixType(inner_A(p, "F").transpose() * axis(0).P().transpose());
+    else
+      return MatrixType(A(p).transpose());
   }
   template <class P>
   MatrixType G(const P& p) const {
-    return A(negated(p, "G"));
+    if constexpr (detail::is_basis_change<E>::value)
+      return MatrixType(inner_A(negated(p, "G"), "G") * axis(0).P_inverse());
+    else
+      return A(negated(p, "G"));
   }
 
   /// v <- A(p) v (transpose: A(p)^T v), in place: each axis's factor in turn. Throws unless
@@ -159,14 +176,27 @@ class MultiAxis {
     auto&& m = detail::as_eigen(q);
     detail::require_size(m.size(), dim(), "encode_query");
     check_point(p, "encode_query");
-    apply_checked(m, p, /*transpose=*/true);
+    if constexpr (detail::is_basis_change<E>::value) {  // A_J(p)ᵀ (Pᵀ q)
+      Vector<Scalar> y = axis(0).P().transpose() * m.template cast<Scalar>();
+      for (int a = 0; a < axes(); ++a) axis(a).inner().apply(y, Real(p[a]), true);
+      m = y.template cast<typename std::decay_t<decltype(m)>::Scalar>();
+    } else {
+      apply_checked(m, p, /*transpose=*/true);
+    }
   }
   /// k <- G(p) k.
   template <class V, class P>
   void encode_key(V&& k, const P& p) const {
     auto&& m = detail::as_eigen(k);
     detail::require_size(m.size(), dim(), "encode_key");
-    apply_checked(m, negated(p, "encode_key"), /*transpose=*/false);
+    const Point minus = negated(p, "encode_key");
+    if constexpr (detail::is_basis_change<E>::value) {  // A_J(−p) (P⁻¹ k)
+      Vector<Scalar> y = axis(0).P_inverse() * m.template cast<Scalar>();
+      for (int a = 0; a < axes(); ++a) axis(a).inner().apply(y, minus(a), false);
+      m = y.template cast<typename std::decay_t<decltype(m)>::Scalar>();
+    } else {
+      apply_checked(m, minus, /*transpose=*/false);
+    }
   }
   /// Reference score q^T A(p - p') k, through the lag vector p - p'.
   template <class VQ, class P, class VK, class P2>
@@ -193,6 +223,14 @@ class MultiAxis {
   MatrixType G(std::initializer_list<Real> p) const { return G(Point(to_point(p))); }
 
  private:
+  // Π_a A_Ja(p_a) of the axes' inner encodings (axes in one basis).
+  template <class P>
+  auto inner_A(const P& p, const char* where) const {
+    check_point(p, where);
+    auto m = axis(0).inner().A(Real(p[0])).eval();
+    for (int a = 1; a < axes(); ++a) m = (m * axis(a).inner().A(Real(p[a]))).eval();
+    return m;
+  }
   // apply() once v and p have been checked (p: axes() finite coordinates).
   template <class V, class P>
   void apply_checked(V&& v, const P& p, bool transpose) const {

@@ -50,8 +50,9 @@
 #include "parameters.hpp"
 #include "scores_backward.hpp"
 #include "scores_nd_backward.hpp"
-// Any generator X in: its real canonical form as blocks in a basis change
-// (docs/canonical-form.md).
+// Any generator X in: its real canonical form as blocks in a basis change, and a family of
+// commuting generators (one per axis) as a MultiAxis in one basis (docs/canonical-form.md).
+#include "canonical_axes.hpp"
 #include "canonical_form.hpp"
 #include "from_transition.hpp"
 // Last: with PEAL_COMPILED (a TU linking peal::compiled) the preset kernels are declared

@@ -559,6 +559,58 @@ class MultiAxisPartsKernel {
   int dim_;
 };
 
+/// MultiAxis<BasisChange<E>>: the axes share one P (multi_axis.hpp refuses others), so a row
+/// goes into its coordinates once (Pᵀ x for a query, P⁻¹ x for a key) and the inner encodings
+/// run over the point as MultiAxis<E>: Π_a F_Ja(p_a) Pᵀ q, the basis-side form BasisChangeKernel
+/// gives in 1-D (the scores are qᵀ P Π_a A_Ja(p_a − p'_a) P⁻¹ k). The axes' kernels in turn
+/// would apply P once per axis.
+template <class A, class E>
+class MultiAxisBasisKernel {
+ public:
+  MultiAxisBasisKernel(const MultiAxis<BasisChange<E>>& m, Mode mode)
+      : inner_axes_(std::make_unique<MultiAxis<E>>(inner_axes(m))),
+        inner_(*inner_axes_, mode),
+        pre_(mode != Mode::shift),
+        tmp_(m.dim()) {
+    if (mode == Mode::query)
+      m_ = m.axis(0).P().transpose().template cast<A>();
+    else if (mode == Mode::key)
+      m_ = m.axis(0).P_inverse().template cast<A>();
+  }
+  int dim() const { return inner_.dim(); }
+  void prepare(const PointRef& p) { inner_.prepare(p); }
+  void inplace(A* x, Index heads, Index xs) {
+    if (pre_)
+      for (Index h = 0; h < heads; ++h) {
+        Eigen::Map<Vector<A>> xm(x + h * xs, tmp_.size());
+        tmp_.noalias() = m_ * xm;
+        xm = tmp_;
+      }
+    inner_.inplace(x, heads, xs);
+  }
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    if (!pre_) return inner_.copy(x, xs, y, ys, heads);
+    for (Index h = 0; h < heads; ++h)
+      Eigen::Map<Vector<A>>(y + h * ys, tmp_.size()).noalias() =
+          m_ * Eigen::Map<const Vector<A>>(x + h * xs, tmp_.size());
+    inner_.inplace(y, heads, ys);
+  }
+
+ private:
+  static MultiAxis<E> inner_axes(const MultiAxis<BasisChange<E>>& m) {
+    std::vector<E> in;
+    for (int a = 0; a < m.axes(); ++a) in.push_back(m.axis(a).inner());
+    return MultiAxis<E>(std::move(in));
+  }
+  // On the heap, owned here (as MultiAxisPartsKernel's parts): the inner kernel may keep
+  // pointers into it.
+  std::unique_ptr<MultiAxis<E>> inner_axes_;
+  kernel_t<A, MultiAxis<E>> inner_;
+  bool pre_;
+  Matrix<A> m_;
+  Vector<A> tmp_;
+};
+
 // ---- Dispatch: 1-D positions go through the coder of the encoding (one protocol with the
 // fused kernels); long double encodings and encodings without a usable apply() through
 // DenseKernel, their compositions through the structural kernels above; N-D points have
@@ -578,9 +630,10 @@ struct kernel_for<A, BasisChange<E>> {
   using type = std::conditional_t<has_coder_kernel<A, BasisChange<E>>::value,
                                   CoderKernel<A, BasisChange<E>>, BasisChangeKernel<A, E>>;
 };
-// Over points: the axes' kernels in turn, except for rotation banks (one fused N-D kernel)
-// and compositions, which are the composition of their parts over points (part I's kernel
-// is that of MultiAxis<Part_I>, so M-RoPE's rotation bank gets the fused kernel).
+// Over points: the axes' kernels in turn, except for rotation banks (one fused N-D kernel),
+// compositions, which are the composition of their parts over points (part I's kernel
+// is that of MultiAxis<Part_I>, so M-RoPE's rotation bank gets the fused kernel), and basis
+// changes (one P for every axis: the basis once, then the inner encodings over points).
 template <class A, class E, class = void>
 struct multi_axis_kernel {
   using type = MultiAxisKernel<A, E>;
@@ -593,6 +646,10 @@ struct multi_axis_kernel<A, Bank<RotationBlock<S>>,
 template <class A, class... Parts>
 struct multi_axis_kernel<A, BlockDiagonal<Parts...>> {
   using type = MultiAxisPartsKernel<A, Parts...>;
+};
+template <class A, class E>
+struct multi_axis_kernel<A, BasisChange<E>> {
+  using type = MultiAxisBasisKernel<A, E>;
 };
 template <class A, class E>
 struct kernel_for<A, MultiAxis<E>> : multi_axis_kernel<A, E> {};
