@@ -62,13 +62,17 @@ struct CanonicalAxesForm {
 namespace detail {
 namespace canonical {
 
-/// The largest relative commutator of the family, in long double.
-inline W max_commutator(const std::vector<Mat<W>>& Xs, const std::vector<W>& norms) {
-  W worst = 0;
+// Templates on the working type Rl (always W), so that only a TU that calls them compiles
+// their products (peal.hpp includes this header).
+
+/// The largest relative commutator of the family.
+template <class Rl>
+Rl max_commutator(const std::vector<Mat<Rl>>& Xs, const std::vector<Rl>& norms) {
+  Rl worst = 0;
   for (std::size_t a = 0; a < Xs.size(); ++a)
     for (std::size_t b = a + 1; b < Xs.size(); ++b) {
       if (norms[a] == 0 || norms[b] == 0) continue;
-      const Mat<W> c = Xs[a].lazyProduct(Xs[b]) - Xs[b].lazyProduct(Xs[a]);
+      const Mat<Rl> c = Xs[a].lazyProduct(Xs[b]) - Xs[b].lazyProduct(Xs[a]);
       worst = std::max(worst, c.norm() / (norms[a] * norms[b]));
     }
   return worst;
@@ -76,11 +80,12 @@ inline W max_commutator(const std::vector<Mat<W>>& Xs, const std::vector<W>& nor
 
 /// Axis a's blocks in the analysis' basis: J_a = P⁻¹ X_a P read off the combination's blocks;
 /// its residual ‖P J_a P⁻¹ − X_a‖_F / ‖X_a‖_F (0 for X_a = 0 reproduced exactly).
-inline std::vector<CanonicalBlock> axis_blocks(const Analysis& an, const Mat<W>& Xa, W norm,
-                                               W& residual) {
+template <class Rl>
+std::vector<CanonicalBlock> axis_blocks(const Analysis& an, const Mat<Rl>& Xa, Rl norm,
+                                        Rl& residual) {
   using K = CanonicalBlock::Kind;
-  const Mat<W> Ja = an.Pinv.lazyProduct(Xa).lazyProduct(an.P);
-  Mat<W> Jb = Mat<W>::Zero(Ja.rows(), Ja.cols());
+  const Mat<Rl> Ja = an.Pinv.lazyProduct(Xa).lazyProduct(an.P);
+  Mat<Rl> Jb = Mat<Rl>::Zero(Ja.rows(), Ja.cols());
   std::vector<CanonicalBlock> out = an.report.blocks;
   for (auto& b : out) {
     const int o = b.first;
@@ -93,7 +98,7 @@ inline std::vector<CanonicalBlock> axis_blocks(const Analysis& an, const Mat<W>&
       b.lambda = Jb(o, o) = Ja(o, o);
     }  // pass-through: J_a = 0 there (the residual checks it)
   }
-  const Mat<W> back = an.P.lazyProduct(Jb).lazyProduct(an.Pinv);
+  const Mat<Rl> back = an.P.lazyProduct(Jb).lazyProduct(an.Pinv);
   residual = norm > 0 ? (back - Xa).norm() / norm : (back - Xa).norm();
   return out;
 }

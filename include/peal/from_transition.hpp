@@ -93,10 +93,13 @@ struct TransitionForm {
 namespace detail {
 namespace canonical {
 
+// The helpers below are templates (template <class = void>) so that only a TU that calls
+// from_transition compiles their long double and complex products: peal.hpp includes this header.
 /// S (k × k, upper triangular) with f(N) S = S N, f(x) = log(1 + x/z) = Σ_{j≥1} (−1)^{j+1}
 /// x^j / (j z^j), N the k × k shift: the Jordan chain of f(N) ending in e_k,
 /// column j = f(N)^{k−1−j} e_k (diagonal entries z^{−(k−1−j)}).
-inline Mat<CW> log_chain_basis(CW z, int k) {
+template <class = void>
+Mat<CW> log_chain_basis(CW z, int k) {
   std::vector<CW> c(std::size_t(k), CW(0));  // c[j]: the coefficient of N^j in f(N)
   CW zinv_j = 1;
   for (int j = 1; j < k; ++j) {
@@ -116,7 +119,8 @@ inline Mat<CW> log_chain_basis(CW z, int k) {
 
 /// φ applied entrywise: a complex k × k matrix as the real 2k × 2k matrix of 2 × 2 blocks
 /// [[Re, Im], [−Im, Re]] (a ring homomorphism: φ(AB) = φ(A) φ(B)).
-inline Mat<W> phi(const Mat<CW>& A) {
+template <class = void>
+Mat<W> phi(const Mat<CW>& A) {
   Mat<W> R(2 * A.rows(), 2 * A.cols());
   for (Eigen::Index i = 0; i < A.rows(); ++i)
     for (Eigen::Index j = 0; j < A.cols(); ++j) {
@@ -128,7 +132,8 @@ inline Mat<W> phi(const Mat<CW>& A) {
 }
 
 /// e^J for the blocks of a report (closed forms of docs/design.md §1 at τ = 1), long double.
-inline Mat<W> exp_blocks(const std::vector<CanonicalBlock>& blocks, int d) {
+template <class = void>
+Mat<W> exp_blocks(const std::vector<CanonicalBlock>& blocks, int d) {
   using K = CanonicalBlock::Kind;
   Mat<W> E = Mat<W>::Zero(d, d);
   for (const auto& b : blocks) {
@@ -156,7 +161,8 @@ inline Mat<W> exp_blocks(const std::vector<CanonicalBlock>& blocks, int d) {
 /// length k and its columns Q (n × k, or n × 2k in pair form: a complex pair, or two
 /// interleaved chains at a negative μ). `zero_abs` = zero ‖M‖_F: a log-modulus within
 /// zero_abs / |z| of 0 is set to 0 (an eigenvalue on the unit circle to rounding).
-inline Piece log_piece(CW z, int k, const Mat<W>& Q, bool pair_form, W zero_abs, int& snapped) {
+template <class = void>
+Piece log_piece(CW z, int k, const Mat<W>& Q, bool pair_form, W zero_abs, int& snapped) {
   const Mat<CW> Sc = log_chain_basis(z, k);
   const W r = std::abs(z);
   W lr = std::log(r);
@@ -185,7 +191,8 @@ inline Piece log_piece(CW z, int k, const Mat<W>& Q, bool pair_form, W zero_abs,
 /// β < 0, as canonical_form's skew-symmetric path), P = Q orthogonal. The decoupling of the
 /// general path would keep two equal eigenvalues split by rounding apart with a coupling of
 /// order 1 (an oblique P, F ≠ G for an orthogonal M).
-inline Reduction normal_path(const Mat<W>& M, const Tolerances& tol) {
+template <class = void>
+Reduction normal_path(const Mat<W>& M, const Tolerances& tol) {
   Reduction r;
   r.norm = M.norm();
   const Eigen::Index n = M.rows();

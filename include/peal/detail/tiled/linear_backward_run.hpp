@@ -90,12 +90,16 @@ inline Rows rows(std::vector<double>& v, Index n, Index cols, Index ld, Index of
   return rows(v.data() + off, n, cols, ld);
 }
 
-// ---- The state algebra, independent of the encoding and the storage (compiled once per TU,
-// whatever the instantiations of ChunkBackward). Rows are row-major [n, cols] with a leading
+// ---- The state algebra, independent of the encoding and the storage: templates on the state
+// type St (always State), so compiled once per TU that runs a backward, whatever the
+// instantiations of ChunkBackward, and not at all in a TU that does not (as inline functions
+// every includer of peal.hpp instantiated their Eigen products: 1.7 s of clang's 3.7 s for
+// peal.hpp alone, docs/build-cost.md §4). Rows are row-major [n, cols] with a leading
 // dimension; g, f: per-row factors (nullptr: all 1).
 
 // M <- γ X M + (diag(g) K)ᵀ V (X nullptr: the identity), K [n, d], V [n, dv].
-inline void state_step(State& M, const State* X, double gamma, const double* g, double* khat,
+template <class St>
+void state_step(St& M, const St* X, double gamma, const double* g, double* khat,
                        double* vrows, Index n, Index d, Index dv, RowMatrix& tmp, State& XM) {
   if (X) {
     XM.noalias() = *X * M;
@@ -114,7 +118,8 @@ inline void state_step(State& M, const State* X, double gamma, const double* g, 
 
 // The keys' adjoint from D = ∂L/∂M (the state their chunk feeds): dv += diag(g) K D,
 // dk̂ += diag(g) V Dᵀ, and r_j = g_j (K D)_j · v_j when r is given.
-inline void keys_adjoint(const State& D, const double* g, double* khat, double* vrows, Index n,
+template <class St>
+void keys_adjoint(const St& D, const double* g, double* khat, double* vrows, Index n,
                          Index d, Index dv, double* dvc, double* dkhat, double* r,
                          RowMatrix& tmp, RowMatrix& tmp2) {
   const Rows K = rows(khat, n, d, d), V = rows(vrows, n, dv, dv);
@@ -129,9 +134,10 @@ inline void keys_adjoint(const State& D, const double* g, double* khat, double* 
 
 // The queries' adjoint from their state M: dQ̂ += diag(f) dO Mᵀ, Rc += Q̂ᵀ diag(f) dO, and
 // ρ_i = dQ̂_i · Q̂_i when rho is given (dQ̂ held nothing before).
-inline void queries_adjoint(const State& M, const double* f, double* dorows, Index lddo,
-                            double* qhat, double* dqhat, Index ldq, Index m, Index d, Index dv,
-                            State& Rc, double* rho, RowMatrix& tmp) {
+template <class St>
+void queries_adjoint(const St& M, const double* f, double* dorows, Index lddo, double* qhat,
+                     double* dqhat, Index ldq, Index m, Index d, Index dv, St& Rc, double* rho,
+                     RowMatrix& tmp) {
   const Eigen::Map<const Eigen::VectorXd> fv(f, m);
   tmp.noalias() = fv.asDiagonal() * rows(dorows, m, dv, lddo);
   Rows dQ = rows(dqhat, m, d, ldq);
@@ -144,8 +150,9 @@ inline void queries_adjoint(const State& M, const double* f, double* dorows, Ind
 
 // D <- γ Xᵀ D (+ Rc); with dot given, *dot = ⟨D, X M⟩ of the D given (the transport's decay
 // share).
-inline void transport_back(State& D, const State& M, const State* X, double gamma,
-                           const State* Rc, double* dot, State& XM) {
+template <class St>
+void transport_back(St& D, const St& M, const St* X, double gamma, const St* Rc, double* dot,
+                    St& XM) {
   if (dot) {
     if (X) XM.noalias() = *X * M;
     *dot = D.cwiseProduct(X ? XM : M).sum();
@@ -160,8 +167,9 @@ inline void transport_back(State& D, const State& M, const State* X, double gamm
 
 // The pairs' products of one head: dS = dO Vᵀ [m, n]; with S given, its masked entries
 // (s_j > t_i, −∞ from scores()) set to 0 and dv += Sᵀ dO.
-inline void pair_products(double* dorows, Index lddo, double* vrows, Index m, Index n, Index dv,
-                          const double* t, const double* s, double* dS, double* S, double* dvc) {
+template <class = void>
+void pair_products(double* dorows, Index lddo, double* vrows, Index m, Index n, Index dv,
+                   const double* t, const double* s, double* dS, double* S, double* dvc) {
   const Rows dO = rows(dorows, m, dv, lddo);
   rows(dS, m, n, n).noalias() = dO * rows(vrows, n, dv, dv).transpose();
   if (!S) return;
