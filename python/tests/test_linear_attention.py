@@ -123,6 +123,24 @@ def test_retnet_normalization_gradcheck(form):
     assert torch.autograd.gradcheck(f, [p[n] for n in names], eps=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("form", ["parallel", "recurrent"])
+def test_retnet_normalization_float32_as_accurate_as_pytorch_float32(form):
+    # The float kernels (float storage and arithmetic) of RetNet's normalisation, forward and
+    # backward, against the float64 truth: as accurate as torchscale's formula in float32.
+    p, _ = problem(damped=False, decayed=True, nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32)
+    p["inv_freq"] = (10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)).requires_grad_()
+    names = ["q", "k", "v", "inv_freq", "decay"]
+    tq, tk = p["tq"].detach() + 500.0, p["tk"].detach() + 490.0
+
+    def run(fn):
+        return lambda q, k, v, inv, dec: fn(q, k, v, tq, tk, inv, decay=dec, normalization="retnet",
+                                            form=form)
+    ours, theirs, scale = float32_errors(run(peal_torch.linear_attention),
+                                         run(reference.linear_attention), [p[n] for n in names])
+    for name, e_ours, e_ref, s in zip(["out"] + names, ours, theirs, scale):
+        assert e_ours <= 2 * e_ref + F32_ULP * s, (name, float(e_ours), float(e_ref))
+
+
 def test_linear_attention_bad_input():
     p, _ = problem(damped=False, decayed=False)
     args = (p["q"], p["k"], p["v"], p["tq"], p["tk"], p["inv_freq"])
