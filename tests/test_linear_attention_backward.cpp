@@ -14,6 +14,7 @@
 // L = Σ dO · out (parameters, decays, positions); bitwise equal for 1 and 3 threads.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <memory>
 #include <peal/linear_attention_backward.hpp>
 
 #include "scores_backward_check.hpp"
@@ -311,6 +312,49 @@ TEST_CASE("linear attention backward: the chunkwise O(n) form", "[linear_backwar
                                    false, 46, 4, 5);
   check_chunkwise<MixedFam>({9, 7, 2, 2, 0, 50, true, false, false}, Regime::Random, 2, false,
                             47, 3, 1);
+}
+
+// The same call again, after allocations that move where the allocator puts the call's working
+// memory (its alignment): every output bit for bit, in the quadratic and the chunkwise form.
+template <class Fam, class T>
+void repeatable(const LinearCase<Fam, T>& lc) {
+  INFO(Fam::name << ", " << sizeof(T) * 8 << "-bit storage");
+  for (const auto form : {peal::LinearForm::parallel, peal::LinearForm::chunkwise}) {
+    auto opt = lc.options();
+    opt.form = form;
+    opt.chunk = 6;
+    const auto x = lc.call(opt);
+    std::vector<std::unique_ptr<char[]>> held;
+    for (int round = 1; round <= 8; ++round) {
+      held.emplace_back(new char[std::size_t(8 * round)]);  // the heap moves by 16 bytes or so
+      const auto y = lc.call(opt);
+      INFO((form == peal::LinearForm::parallel ? "parallel" : "chunkwise") << ", call " << round + 1);
+      CHECK(y.dq == x.dq);
+      CHECK(y.dk == x.dk);
+      CHECK(y.dv == x.dv);
+      CHECK(y.gp == x.gp);
+      CHECK(y.gt == x.gt);
+      CHECK(y.gs == x.gs);
+      CHECK(y.gg == x.gg);
+    }
+  }
+}
+
+TEST_CASE("linear attention backward: repeated calls give the same bits",
+          "[linear_backward][determinism]") {
+  // Odd dv, so that the rows' alignment varies within a buffer too.
+  const std::vector<double> decays{0.97, 0.9, 0.99, 0.95};
+  const LinearCase<MixedFam> mixed({37, 41, 4, 2, 0, 300, true, false, true}, Regime::Random, 61,
+                                   5, decays);
+  // RoPE's pure rotation near 10^6 (cached coefficient tables, detail/tiled/arena.hpp).
+  const LinearCase<RetNetRotationFam> rope({33, 35, 4, 2, 1e6, 1e6 + 500, true, false, true},
+                                           Regime::Random, 62, 7, decays);
+  // Float storage and arithmetic for the pairs.
+  const LinearCase<MixedFam, float> mixed_float({20, 24, 2, 1, -3, 3, true, false, true},
+                                                Regime::Random, 63, 5);
+  repeatable(mixed);
+  repeatable(rope);
+  repeatable(mixed_float);
 }
 
 TEST_CASE("linear attention backward: the chunkwise form against central differences",
