@@ -552,4 +552,64 @@ TEST_CASE("canonical_form: the generator of every conformance family back to an 
   round_trip<AlibiFam>(17);
 }
 
+// RoPE's scaled presets at head_dim 128 (rope.hpp): skew-symmetric generators of 64 pairs whose
+// frequencies span 1 to ~1e-6 (YaRN's ramp, LongRoPE's per-pair factors past the trained length,
+// Llama 3's smooth band; partial rotary for LongRoPE: a constant tail). Back through the skew path:
+// an orthogonal P, pure rotations (a = 0 exactly), their frequencies the preset's own
+// (rope_frequencies, sorted; relative to ‖X‖: the Schur form's eigenvalue error), and A(τ) as
+// in the round trip above, at τ = −3 and 10⁴.
+template <class Fam>
+void preset_round_trip() {
+  std::mt19937_64 rng(1);
+  peal_test::Draw draw{rng, peal_test::Regime::Random};
+  const auto enc = Fam::template build<double>(draw);
+  const Eigen::MatrixXd X = enc.generator();
+  const MatL Xl = X.cast<long double>();
+  const auto cf = peal::canonical_form(X);
+  const int n = int(X.rows());
+  const long double nu = Xl.norm();
+  INFO(Fam::name << " type " << int(Fam::config().scaling.type) << " (d = " << n << "): "
+                 << cf.summary());
+  CHECK(cf.report.skew_symmetric);
+  const Eigen::MatrixXd& P = cf.encoding.P();
+  CHECK((P.transpose() * P - Eigen::MatrixXd::Identity(n, n)).cwiseAbs().maxCoeff() <=
+        16 * n * CanonicalTol<double>::u);
+  std::vector<long double> found, want;
+  int pass = 0;
+  for (const auto& b : cf.report.blocks) {
+    if (b.kind == Kind::PassThrough) {
+      ++pass;
+      continue;
+    }
+    REQUIRE(b.kind == Kind::Rotation);
+    CHECK(b.a == 0);
+    found.push_back(b.omega);
+  }
+  const auto f = peal::rope_frequencies(Fam::config(), 8192.0);
+  for (long double w : f.inv_freq) want.push_back(w);
+  CHECK(pass == n - 2 * int(want.size()));
+  REQUIRE(found.size() == want.size());
+  std::sort(found.begin(), found.end());
+  std::sort(want.begin(), want.end());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("pair " << i << ": " << double(want[i]));
+    CHECK(std::abs(found[i] - want[i]) <= CanonicalTol<double>::parameter(n, 1, nu));
+  }
+  for (long double tau : {-3.0L, 1e4L}) {
+    INFO("tau = " << double(tau));
+    CHECK(expm_error(cf.encoding, Xl, tau) <=
+          CanonicalTol<double>::expm(n, nu, tau, terms(cf.encoding, tau)));
+  }
+}
+
+TEST_CASE("canonical_form: RoPE with YaRN, LongRoPE and Llama 3 scaling (d = 128) back to pure "
+          "rotations", "[canonical]") {
+  using namespace peal_test;
+  using peal::Layout;
+  using peal::RopeType;
+  preset_round_trip<RopeFam<RopeType::Yarn, Layout::HalfSplit, 128>>();
+  preset_round_trip<RopeFam<RopeType::LongRope, Layout::Interleaved, 128, 75>>();
+  preset_round_trip<RopeFam<RopeType::Llama3, Layout::HalfSplit, 128>>();
+}
+
 }  // namespace
