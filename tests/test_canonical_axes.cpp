@@ -24,6 +24,7 @@
 #include <peal/canonical_axes.hpp>
 #include <peal/encode.hpp>
 #include <peal/presets/mrope.hpp>
+#include <peal/presets/vision_rope.hpp>
 #include <peal/scores_nd.hpp>
 
 #include "canonical_bases.hpp"
@@ -266,47 +267,68 @@ TEST_CASE("canonical_form of commuting generators: one basis, per-axis blocks",
   }
 }
 
-TEST_CASE("canonical_form of M-RoPE's axes: pure rotations in an orthogonal basis",
-          "[canonical][multi_axis]") {
-  // Qwen2-VL: head_dim 128, θ = 10⁶, mrope_section [16, 24, 24] (presets/mrope.hpp). Its three
-  // generators are skew-symmetric and commute: the family's basis is orthogonal, every axis a
-  // pure rotation bank (a = 0 exactly), and A(p) is the preset's.
-  peal::RopeConfig c;
-  c.head_dim = 128;
-  c.rope_theta = 1e6;
-  c.scaling.mrope_section = {16, 24, 24};
-  const auto m = peal::mrope<double>(c);
+// A preset's axes (skew-symmetric, commuting generators) back through canonical_form: the skew
+// path, an orthogonal P (to 16 n u), every block a rotation with a = 0 exactly, the residuals, and
+// A(p) against the matrix exponential and against the preset's own A(p), at the first D
+// coordinates of two of the points above. Returns the form, and each axis's count of the pairs it turns
+// (|ω| above the parameter bound of a κ = 1 basis).
+template <class M>
+std::pair<peal::CanonicalAxesForm<double>, std::vector<int>> preset_axes(const M& m) {
+  const int D = m.axes(), n = m.dim();
   std::vector<Eigen::MatrixXd> Xs;
   std::vector<MatL> Xl;
   std::vector<long double> nu;
-  for (int a = 0; a < 3; ++a) {
+  for (int a = 0; a < D; ++a) {
     Xs.push_back(m.generator(a));
     Xl.push_back(Xs.back().cast<long double>());
     nu.push_back(Xl.back().norm());
   }
-  const auto cf = peal::canonical_form(Xs);
+  auto cf = peal::canonical_form(Xs);
   INFO(cf.summary());
   CHECK(cf.report.skew_symmetric);
   const Eigen::MatrixXd& P = cf.encoding.axis(0).P();
-  CHECK((P.transpose() * P - Eigen::MatrixXd::Identity(128, 128)).cwiseAbs().maxCoeff() <= 1e-13);
-  REQUIRE(cf.report.blocks.size() == 64);
-  for (int a = 0; a < 3; ++a) {
-    int moving = 0;  // the pairs this axis turns: its section
+  CHECK((P.transpose() * P - Eigen::MatrixXd::Identity(n, n)).cwiseAbs().maxCoeff() <= 16 * n * u);
+  std::vector<int> moving(std::size_t(D), 0);
+  for (int a = 0; a < D; ++a) {
     for (const auto& b : cf.axes[std::size_t(a)]) {
       CHECK(b.kind == Kind::Rotation);
       CHECK(b.a == 0);
-      moving += std::abs(b.omega) > 1e-12;
+      moving[std::size_t(a)] += std::abs(b.omega) > 16 * n * u * nu[std::size_t(a)];
     }
-    CHECK(moving == c.scaling.mrope_section[std::size_t(a)]);
-    CHECK(cf.residuals[std::size_t(a)] <= 16 * 128 * u);
+    CHECK(cf.residuals[std::size_t(a)] <= 16 * n * u);
   }
-  for (const auto& p : points) {
-    INFO("p = (" << double(p[0]) << ", " << double(p[1]) << ", " << double(p[2]) << ")");
-    CHECK(expm_error(cf.encoding, Xl, p) <= bound(cf.encoding, nu, p, 3 * 128));
-    const Eigen::Vector3d pd(static_cast<double>(p[0]), static_cast<double>(p[1]),
-                            static_cast<double>(p[2]));
-    CHECK((cf.encoding.A(pd) - m.A(pd)).norm() <= bound(cf.encoding, nu, p, 3 * 128));
+  for (const auto& p3 : {points[0], points[3]}) {  // two points: each a d x d long double expm
+    const std::vector<long double> p(p3.begin(), p3.begin() + D);
+    INFO("p = (" << double(p[0]) << ", " << double(p[1]) << (D > 2 ? ", ..." : "") << ")");
+    CHECK(expm_error(cf.encoding, Xl, p) <= bound(cf.encoding, nu, p, D * n));
+    Eigen::VectorXd pd(D);
+    for (int a = 0; a < D; ++a) pd(a) = double(p[std::size_t(a)]);
+    CHECK((cf.encoding.A(pd) - m.A(pd)).norm() <= bound(cf.encoding, nu, p, D * n));
   }
+  return {std::move(cf), moving};
+}
+
+TEST_CASE("canonical_form of M-RoPE's axes: pure rotations in an orthogonal basis",
+          "[canonical][multi_axis]") {
+  // Qwen2-VL: head_dim 128, θ = 10⁶, mrope_section [16, 24, 24] (presets/mrope.hpp): each axis
+  // turns exactly its section's pairs.
+  peal::RopeConfig c;
+  c.head_dim = 128;
+  c.rope_theta = 1e6;
+  c.scaling.mrope_section = {16, 24, 24};
+  const auto r = preset_axes(peal::mrope<double>(c));
+  CHECK(r.first.report.blocks.size() == 64);
+  CHECK(r.second == c.scaling.mrope_section);
+}
+
+TEST_CASE("canonical_form of the ViT presets' axes", "[canonical][multi_axis]") {
+  // rope-vit (presets/vision_rope.hpp), head_dim 64: axial, each pair on x or on y (the same
+  // magnitudes on both: the combination separates them); RoPE-Mixed, one head, every pair
+  // turning on both axes (directions α and α + π/2).
+  const auto axial = preset_axes(peal::rope_axial_2d<double>(64));
+  CHECK(axial.second == std::vector<int>{16, 16});
+  const auto mixed = preset_axes(peal::rope_mixed_2d<double>(64, {0.7}).head(0));
+  CHECK(mixed.second == std::vector<int>{32, 32});
 }
 
 TEST_CASE("canonical_form of a family: what is refused", "[canonical][multi_axis][errors]") {
