@@ -93,24 +93,25 @@ struct TransitionForm {
 namespace detail {
 namespace canonical {
 
-// The helpers below are templates (template <class = void>) so that only a TU that calls
-// from_transition compiles their long double and complex products: peal.hpp includes this header.
+// The helpers below are templates on their working type (Rl: always W), so that their types are
+// dependent and only a TU that calls from_transition compiles their long double and complex
+// products and expression types (peal.hpp includes this header).
 /// S (k × k, upper triangular) with f(N) S = S N, f(x) = log(1 + x/z) = Σ_{j≥1} (−1)^{j+1}
 /// x^j / (j z^j), N the k × k shift: the Jordan chain of f(N) ending in e_k,
 /// column j = f(N)^{k−1−j} e_k (diagonal entries z^{−(k−1−j)}).
-template <class = void>
-Mat<CW> log_chain_basis(CW z, int k) {
-  std::vector<CW> c(std::size_t(k), CW(0));  // c[j]: the coefficient of N^j in f(N)
-  CW zinv_j = 1;
+template <class Rl = W>
+Mat<std::complex<Rl>> log_chain_basis(std::complex<Rl> z, int k) {
+  std::vector<std::complex<Rl>> c(std::size_t(k), std::complex<Rl>(0));  // c[j]: of N^j in f(N)
+  std::complex<Rl> zinv_j = 1;
   for (int j = 1; j < k; ++j) {
     zinv_j /= z;
-    c[std::size_t(j)] = (j % 2 ? W(1) : W(-1)) * zinv_j / W(j);
+    c[std::size_t(j)] = (j % 2 ? Rl(1) : Rl(-1)) * zinv_j / Rl(j);
   }
-  Mat<CW> Sm = Mat<CW>::Zero(k, k);
+  Mat<std::complex<Rl>> Sm = Mat<std::complex<Rl>>::Zero(k, k);
   Sm(k - 1, k - 1) = 1;
   for (int j = k - 2; j >= 0; --j)  // column j = f(N) column j + 1 (Toeplitz, plain loops)
     for (int i = 0; i < k; ++i) {
-      CW s = 0;
+      std::complex<Rl> s = 0;
       for (int l = i + 1; l < k; ++l) s += c[std::size_t(l - i)] * Sm(l, j + 1);
       Sm(i, j) = s;
     }
@@ -119,9 +120,9 @@ Mat<CW> log_chain_basis(CW z, int k) {
 
 /// φ applied entrywise: a complex k × k matrix as the real 2k × 2k matrix of 2 × 2 blocks
 /// [[Re, Im], [−Im, Re]] (a ring homomorphism: φ(AB) = φ(A) φ(B)).
-template <class = void>
-Mat<W> phi(const Mat<CW>& A) {
-  Mat<W> R(2 * A.rows(), 2 * A.cols());
+template <class Rl = W>
+Mat<Rl> phi(const Mat<std::complex<Rl>>& A) {
+  Mat<Rl> R(2 * A.rows(), 2 * A.cols());
   for (Eigen::Index i = 0; i < A.rows(); ++i)
     for (Eigen::Index j = 0; j < A.cols(); ++j) {
       R(2 * i, 2 * j) = R(2 * i + 1, 2 * j + 1) = A(i, j).real();
@@ -132,24 +133,24 @@ Mat<W> phi(const Mat<CW>& A) {
 }
 
 /// e^J for the blocks of a report (closed forms of docs/design.md §1 at τ = 1), long double.
-template <class = void>
-Mat<W> exp_blocks(const std::vector<CanonicalBlock>& blocks, int d) {
+template <class Rl = W>
+Mat<Rl> exp_blocks(const std::vector<CanonicalBlock>& blocks, int d) {
   using K = CanonicalBlock::Kind;
-  Mat<W> E = Mat<W>::Zero(d, d);
+  Mat<Rl> E = Mat<Rl>::Zero(d, d);
   for (const auto& b : blocks) {
     const bool rot = b.kind == K::Rotation || b.kind == K::RotationJordan;
     const int o = b.first;
-    W fact = 1;
+    Rl fact = 1;
     for (int j = 0; j < b.length; ++j) {  // block (i, i + j) = e^θ / j!
-      if (j > 0) fact *= W(j);
+      if (j > 0) fact *= Rl(j);
       for (int i = 0; i + j < b.length; ++i) {
         if (rot) {
-          const W ea = std::exp(b.a) / fact, c = ea * std::cos(b.omega), s = ea * std::sin(b.omega);
+          const Rl ea = std::exp(b.a) / fact, c = ea * std::cos(b.omega), s = ea * std::sin(b.omega);
           const int r = o + 2 * i, q = o + 2 * (i + j);
           E(r, q) = E(r + 1, q + 1) = c;
           E(r, q + 1) = s, E(r + 1, q) = -s;
         } else {
-          E(o + i, o + i + j) = (b.kind == K::PassThrough ? W(1) : std::exp(b.lambda)) / fact;
+          E(o + i, o + i + j) = (b.kind == K::PassThrough ? Rl(1) : std::exp(b.lambda)) / fact;
         }
       }
     }
@@ -161,11 +162,11 @@ Mat<W> exp_blocks(const std::vector<CanonicalBlock>& blocks, int d) {
 /// length k and its columns Q (n × k, or n × 2k in pair form: a complex pair, or two
 /// interleaved chains at a negative μ). `zero_abs` = zero ‖M‖_F: a log-modulus within
 /// zero_abs / |z| of 0 is set to 0 (an eigenvalue on the unit circle to rounding).
-template <class = void>
-Piece log_piece(CW z, int k, const Mat<W>& Q, bool pair_form, W zero_abs, int& snapped) {
-  const Mat<CW> Sc = log_chain_basis(z, k);
-  const W r = std::abs(z);
-  W lr = std::log(r);
+template <class Rl = W>
+Piece log_piece(std::complex<Rl> z, int k, const Mat<Rl>& Q, bool pair_form, Rl zero_abs, int& snapped) {
+  const Mat<std::complex<Rl>> Sc = log_chain_basis(z, k);
+  const Rl r = std::abs(z);
+  Rl lr = std::log(r);
   if (lr != 0 && std::abs(lr) <= zero_abs / r) lr = 0, ++snapped;
   Piece p;
   p.length = k;
@@ -179,9 +180,9 @@ Piece log_piece(CW z, int k, const Mat<W>& Q, bool pair_form, W zero_abs, int& s
     p.kind = k == 1 ? (lr == 0 ? PieceKind::PassThrough : PieceKind::Real) : PieceKind::Jordan;
     p.lambda = lr;
     p.omega = p.a = 0;
-    p.cols = Q.lazyProduct(Mat<W>(Sc.real()));
+    p.cols = Q.lazyProduct(Mat<Rl>(Sc.real()));
   }
-  scale_piece<W>(p);
+  scale_piece<Rl>(p);
   return p;
 }
 
@@ -191,28 +192,28 @@ Piece log_piece(CW z, int k, const Mat<W>& Q, bool pair_form, W zero_abs, int& s
 /// β < 0, as canonical_form's skew-symmetric path), P = Q orthogonal. The decoupling of the
 /// general path would keep two equal eigenvalues split by rounding apart with a coupling of
 /// order 1 (an oblique P, F ≠ G for an orthogonal M).
-template <class = void>
-Reduction normal_path(const Mat<W>& M, const Tolerances& tol) {
+template <class Rl = W>
+Reduction normal_path(const Mat<Rl>& M, const Tolerances& tol) {
   Reduction r;
   r.norm = M.norm();
   const Eigen::Index n = M.rows();
-  const Schur<W> rs = real_schur<W>(M);
-  const Mat<W>& T = rs.T;
-  const Mat<W>& Q = rs.Q;
+  const Schur<Rl> rs = real_schur<Rl>(M);
+  const Mat<Rl>& T = rs.T;
+  const Mat<Rl>& Q = rs.Q;
   for (Eigen::Index i = 0; i < n;) {
     if (i + 1 < n && T(i + 1, i) != 0) {
-      const W beta = (T(i, i + 1) - T(i + 1, i)) / 2, alpha = (T(i, i) + T(i + 1, i + 1)) / 2;
-      Mat<W> cols(n, 2);
+      const Rl beta = (T(i, i + 1) - T(i + 1, i)) / 2, alpha = (T(i, i) + T(i + 1, i + 1)) / 2;
+      Mat<Rl> cols(n, 2);
       cols.col(0) = Q.col(beta > 0 ? i : i + 1);
       cols.col(1) = Q.col(beta > 0 ? i + 1 : i);
       r.pieces.push_back({PieceKind::Rotation, 1, 0, std::abs(beta),
-                          std::abs(alpha) <= tol.zero * r.norm ? W(0) : alpha, cols});
+                          std::abs(alpha) <= tol.zero * r.norm ? Rl(0) : alpha, cols});
       i += 2;
     } else {
-      const W lambda = T(i, i);
+      const Rl lambda = T(i, i);
       const bool zero = std::abs(lambda) <= tol.zero * r.norm;
-      r.pieces.push_back({zero ? PieceKind::PassThrough : PieceKind::Real, 1, zero ? W(0) : lambda, 0, 0,
-                          Mat<W>(Q.col(i))});
+      r.pieces.push_back({zero ? PieceKind::PassThrough : PieceKind::Real, 1, zero ? Rl(0) : lambda, 0, 0,
+                          Mat<Rl>(Q.col(i))});
       i += 1;
     }
   }

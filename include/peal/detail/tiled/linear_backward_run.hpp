@@ -97,16 +97,28 @@ inline Rows rows(std::vector<double>& v, Index n, Index cols, Index ld, Index of
 // peal.hpp alone, docs/build-cost.md §4). Rows are row-major [n, cols] with a leading
 // dimension; g, f: per-row factors (nullptr: all 1).
 
+// The state algebra's row views, dependent on the state type St (so that the functions below
+// are analysed only where instantiated).
+template <class St>
+using RowMatrixOf =
+    Eigen::Matrix<typename St::Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class St>
+using RowsOf = Eigen::Map<RowMatrixOf<St>, 0, Eigen::OuterStride<>>;
+template <class St>
+RowsOf<St> rows_of(typename St::Scalar* p, Index n, Index cols, Index ld) {
+  return RowsOf<St>(p, n, cols, Eigen::OuterStride<>(ld));
+}
+
 // M <- γ X M + (diag(g) K)ᵀ V (X nullptr: the identity), K [n, d], V [n, dv].
 template <class St>
-void state_step(St& M, const St* X, double gamma, const double* g, double* khat,
-                       double* vrows, Index n, Index d, Index dv, RowMatrix& tmp, State& XM) {
+void state_step(St& M, const St* X, double gamma, const double* g, double* khat, double* vrows,
+                Index n, Index d, Index dv, RowMatrixOf<St>& tmp, St& XM) {
   if (X) {
     XM.noalias() = *X * M;
     M.swap(XM);
   }
   if (gamma != 1) M *= gamma;
-  const Rows K = rows(khat, n, d, d), V = rows(vrows, n, dv, dv);
+  const RowsOf<St> K = rows_of<St>(khat, n, d, d), V = rows_of<St>(vrows, n, dv, dv);
   if (g) {
     tmp = K;
     for (Index j = 0; j < n; ++j) tmp.row(j) *= g[j];
@@ -119,15 +131,15 @@ void state_step(St& M, const St* X, double gamma, const double* g, double* khat,
 // The keys' adjoint from D = ∂L/∂M (the state their chunk feeds): dv += diag(g) K D,
 // dk̂ += diag(g) V Dᵀ, and r_j = g_j (K D)_j · v_j when r is given.
 template <class St>
-void keys_adjoint(const St& D, const double* g, double* khat, double* vrows, Index n,
-                         Index d, Index dv, double* dvc, double* dkhat, double* r,
-                         RowMatrix& tmp, RowMatrix& tmp2) {
-  const Rows K = rows(khat, n, d, d), V = rows(vrows, n, dv, dv);
-  const Eigen::Map<const Eigen::VectorXd> gv(g, n);
+void keys_adjoint(const St& D, const double* g, double* khat, double* vrows, Index n, Index d,
+                  Index dv, double* dvc, double* dkhat, double* r, RowMatrixOf<St>& tmp,
+                  RowMatrixOf<St>& tmp2) {
+  const RowsOf<St> K = rows_of<St>(khat, n, d, d), V = rows_of<St>(vrows, n, dv, dv);
+  const Eigen::Map<const Eigen::Matrix<typename St::Scalar, Eigen::Dynamic, 1>> gv(g, n);
   tmp.noalias() = K * D;  // n x dv
-  rows(dvc, n, dv, dv).noalias() += gv.asDiagonal() * tmp;
+  rows_of<St>(dvc, n, dv, dv).noalias() += gv.asDiagonal() * tmp;
   tmp2.noalias() = V * D.transpose();  // n x d
-  rows(dkhat, n, d, d).noalias() += gv.asDiagonal() * tmp2;
+  rows_of<St>(dkhat, n, d, d).noalias() += gv.asDiagonal() * tmp2;
   if (r)
     for (Index j = 0; j < n; ++j) r[j] = g[j] * tmp.row(j).dot(V.row(j));
 }
@@ -137,11 +149,11 @@ void keys_adjoint(const St& D, const double* g, double* khat, double* vrows, Ind
 template <class St>
 void queries_adjoint(const St& M, const double* f, double* dorows, Index lddo, double* qhat,
                      double* dqhat, Index ldq, Index m, Index d, Index dv, St& Rc, double* rho,
-                     RowMatrix& tmp) {
-  const Eigen::Map<const Eigen::VectorXd> fv(f, m);
-  tmp.noalias() = fv.asDiagonal() * rows(dorows, m, dv, lddo);
-  Rows dQ = rows(dqhat, m, d, ldq);
-  const Rows Q = rows(qhat, m, d, ldq);
+                     RowMatrixOf<St>& tmp) {
+  const Eigen::Map<const Eigen::Matrix<typename St::Scalar, Eigen::Dynamic, 1>> fv(f, m);
+  tmp.noalias() = fv.asDiagonal() * rows_of<St>(dorows, m, dv, lddo);
+  RowsOf<St> dQ = rows_of<St>(dqhat, m, d, ldq);
+  const RowsOf<St> Q = rows_of<St>(qhat, m, d, ldq);
   dQ.noalias() += tmp * M.transpose();
   Rc.noalias() += Q.transpose() * tmp;
   if (rho)
@@ -167,18 +179,18 @@ void transport_back(St& D, const St& M, const St* X, double gamma, const St* Rc,
 
 // The pairs' products of one head: dS = dO Vᵀ [m, n]; with S given, its masked entries
 // (s_j > t_i, −∞ from scores()) set to 0 and dv += Sᵀ dO.
-template <class = void>
+template <class St = State>
 void pair_products(double* dorows, Index lddo, double* vrows, Index m, Index n, Index dv,
                    const double* t, const double* s, double* dS, double* S, double* dvc) {
-  const Rows dO = rows(dorows, m, dv, lddo);
-  rows(dS, m, n, n).noalias() = dO * rows(vrows, n, dv, dv).transpose();
+  const RowsOf<St> dO = rows_of<St>(dorows, m, dv, lddo);
+  rows_of<St>(dS, m, n, n).noalias() = dO * rows_of<St>(vrows, n, dv, dv).transpose();
   if (!S) return;
-  Rows Sg = rows(S, m, n, n);
+  RowsOf<St> Sg = rows_of<St>(S, m, n, n);
   for (Index i = 0, j = 0; i < m; ++i) {
     while (j < n && !(s[j] > t[i])) ++j;
     Sg.row(i).tail(n - j).setZero();
   }
-  rows(dvc, n, dv, dv).noalias() += Sg.transpose() * dO;
+  rows_of<St>(dvc, n, dv, dv).noalias() += Sg.transpose() * dO;
 }
 
 // PerHead encodings (one per query head) have no forward chunkwise form (linear_attention

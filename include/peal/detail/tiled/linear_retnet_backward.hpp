@@ -159,7 +159,10 @@ inline void add_row_dots(RetNetRows& r, const double* S, const double* dS, Index
 /// K_c = max(1, ‖scale/S(B) γ^(−(T_c − T′)) M_c‖₁) of query head h from its state M_c (d x dv,
 /// the absolute frame of a pure rotation: M_c = Σ_{s_j < T_c} γ^(T_c − s_j) G(s_j) k_j v_jᵀ),
 /// back = T_c − T′, T′ the previous chunk's last key (the forward's chunk_floor); 1 for c = 0.
-inline double state_floor(const RetNetRows& r, const Eigen::MatrixXd& M, Index h, double back) {
+/// (A template on the state type, always Eigen::MatrixXd: compiled only where called, not by
+/// every includer of peal.hpp, docs/build-cost.md §5.)
+template <class St>
+double state_floor(const RetNetRows& r, const St& M, Index h, double back) {
   const double l = r.lam[std::size_t(h)], g = r.gamma[std::size_t(h)], B = r.block;
   const double SB = g == 1.0 ? B : -std::expm1(B * l) / (1.0 - g);  // S(B) = (1 − γ^B)/(1 − γ)
   const double K = M.size() == 0 ? 0.0 : M.cwiseAbs().colwise().sum().maxCoeff();
