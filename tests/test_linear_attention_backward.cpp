@@ -161,6 +161,18 @@ inline void check_close(const char* what, const std::vector<double>& a,
   check_all(what, a, bl, mag, rel);
 }
 
+// Two calls' results (LinearCase::Result) bit for bit: every gradient.
+template <class R>
+void check_same_bits(const R& y, const R& x) {
+  CHECK(y.dq == x.dq);
+  CHECK(y.dk == x.dk);
+  CHECK(y.dv == x.dv);
+  CHECK(y.gp == x.gp);
+  CHECK(y.gt == x.gt);
+  CHECK(y.gs == x.gs);
+  CHECK(y.gg == x.gg);
+}
+
 // The chunkwise O(n) backward (form = chunkwise, keys per chunk `chunk`) against the per-pair
 // reference and against the quadratic backward (form = parallel); recurrent takes the same
 // path; 1 and 3 threads give the bits of OpenMP's maximum.
@@ -197,13 +209,7 @@ void check_chunkwise(const Shape& sh, Regime regime, int p, bool basis, std::uin
     opt.threads = threads;
     const auto y = lc.call(opt);
     INFO(threads << " threads against OpenMP's maximum");
-    CHECK(y.dq == x.dq);
-    CHECK(y.dk == x.dk);
-    CHECK(y.dv == x.dv);
-    CHECK(y.gp == x.gp);
-    CHECK(y.gt == x.gt);
-    CHECK(y.gs == x.gs);
-    CHECK(y.gg == x.gg);
+    check_same_bits(y, x);
   }
 }
 
@@ -329,13 +335,7 @@ void repeatable(const LinearCase<Fam, T>& lc) {
       held.emplace_back(new char[std::size_t(8 * round)]);  // the heap moves by 16 bytes or so
       const auto y = lc.call(opt);
       INFO((form == peal::LinearForm::parallel ? "parallel" : "chunkwise") << ", call " << round + 1);
-      CHECK(y.dq == x.dq);
-      CHECK(y.dk == x.dk);
-      CHECK(y.dv == x.dv);
-      CHECK(y.gp == x.gp);
-      CHECK(y.gt == x.gt);
-      CHECK(y.gs == x.gs);
-      CHECK(y.gg == x.gg);
+      check_same_bits(y, x);
     }
   }
 }

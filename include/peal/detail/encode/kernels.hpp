@@ -285,44 +285,62 @@ class BlockDiagonalKernel {
   int dim_;
 };
 
-/// BasisChange<E>: F_P(t) = F_J(t) P^T, G_P(s) = G_J(s) P^{-1}; the shift is E's own.
-template <class A, class E>
-class BasisChangeKernel {
+/// The rows of a basis change's kernels into its coordinates: x <- Pᵀ x (queries) or P⁻¹ x
+/// (keys) per head, nothing for a shift (BasisChangeKernel in 1-D, MultiAxisBasisKernel over
+/// points; B: a BasisChange, or the first axis of a MultiAxis of them, which share P).
+template <class A>
+class BasisRows {
  public:
-  BasisChangeKernel(const BasisChange<E>& b, Mode mode)
-      : inner_(b.inner(), mode), pre_(mode != Mode::shift), tmp_(b.dim()) {
+  template <class B>
+  BasisRows(const B& b, Mode mode) : pre_(mode != Mode::shift), tmp_(b.dim()) {
     if (mode == Mode::query)
       m_ = b.P().transpose().template cast<A>();
     else if (mode == Mode::key)
       m_ = b.P_inverse().template cast<A>();
   }
-  int dim() const { return inner_.dim(); }
-  void prepare(double p) { inner_.prepare(p); }
   void inplace(A* x, Index heads, Index xs) {
-    if (pre_) {
-      for (Index h = 0; h < heads; ++h) {
-        Eigen::Map<Vector<A>> xm(x + h * xs, tmp_.size());
-        tmp_.noalias() = m_ * xm;
-        xm = tmp_;
-      }
+    if (!pre_) return;
+    for (Index h = 0; h < heads; ++h) {
+      Eigen::Map<Vector<A>> xm(x + h * xs, tmp_.size());
+      tmp_.noalias() = m_ * xm;
+      xm = tmp_;
     }
-    inner_.inplace(x, heads, xs);
   }
-  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
-    if (!pre_) return inner_.copy(x, xs, y, ys, heads);
+  /// y <- M x per head; false, with nothing done, for a shift.
+  bool copy(const A* x, Index xs, A* y, Index ys, Index heads) const {
+    if (!pre_) return false;
     for (Index h = 0; h < heads; ++h)
       Eigen::Map<Vector<A>>(y + h * ys, tmp_.size()).noalias() =
           m_ * Eigen::Map<const Vector<A>>(x + h * xs, tmp_.size());
-    inner_.inplace(y, heads, ys);
+    return true;
   }
 
  private:
-  kernel_t<A, E> inner_;
   bool pre_;
   Matrix<A> m_;
   Vector<A> tmp_;
 };
 
+/// BasisChange<E>: F_P(t) = F_J(t) P^T, G_P(s) = G_J(s) P^{-1}; the shift is E's own.
+template <class A, class E>
+class BasisChangeKernel {
+ public:
+  BasisChangeKernel(const BasisChange<E>& b, Mode mode) : inner_(b.inner(), mode), rows_(b, mode) {}
+  int dim() const { return inner_.dim(); }
+  void prepare(double p) { inner_.prepare(p); }
+  void inplace(A* x, Index heads, Index xs) {
+    rows_.inplace(x, heads, xs);
+    inner_.inplace(x, heads, xs);
+  }
+  void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
+    if (!rows_.copy(x, xs, y, ys, heads)) return inner_.copy(x, xs, y, ys, heads);
+    inner_.inplace(y, heads, ys);
+  }
+
+ private:
+  kernel_t<A, E> inner_;
+  BasisRows<A> rows_;
+};
 
 template <class E, class = void>
 struct has_apply : std::false_type {};
@@ -570,29 +588,15 @@ class MultiAxisBasisKernel {
   MultiAxisBasisKernel(const MultiAxis<BasisChange<E>>& m, Mode mode)
       : inner_axes_(std::make_unique<MultiAxis<E>>(inner_axes(m))),
         inner_(*inner_axes_, mode),
-        pre_(mode != Mode::shift),
-        tmp_(m.dim()) {
-    if (mode == Mode::query)
-      m_ = m.axis(0).P().transpose().template cast<A>();
-    else if (mode == Mode::key)
-      m_ = m.axis(0).P_inverse().template cast<A>();
-  }
+        rows_(m.axis(0), mode) {}
   int dim() const { return inner_.dim(); }
   void prepare(const PointRef& p) { inner_.prepare(p); }
   void inplace(A* x, Index heads, Index xs) {
-    if (pre_)
-      for (Index h = 0; h < heads; ++h) {
-        Eigen::Map<Vector<A>> xm(x + h * xs, tmp_.size());
-        tmp_.noalias() = m_ * xm;
-        xm = tmp_;
-      }
+    rows_.inplace(x, heads, xs);
     inner_.inplace(x, heads, xs);
   }
   void copy(const A* x, Index xs, A* y, Index ys, Index heads) {
-    if (!pre_) return inner_.copy(x, xs, y, ys, heads);
-    for (Index h = 0; h < heads; ++h)
-      Eigen::Map<Vector<A>>(y + h * ys, tmp_.size()).noalias() =
-          m_ * Eigen::Map<const Vector<A>>(x + h * xs, tmp_.size());
+    if (!rows_.copy(x, xs, y, ys, heads)) return inner_.copy(x, xs, y, ys, heads);
     inner_.inplace(y, heads, ys);
   }
 
@@ -606,9 +610,7 @@ class MultiAxisBasisKernel {
   // pointers into it.
   std::unique_ptr<MultiAxis<E>> inner_axes_;
   kernel_t<A, MultiAxis<E>> inner_;
-  bool pre_;
-  Matrix<A> m_;
-  Vector<A> tmp_;
+  BasisRows<A> rows_;
 };
 
 // ---- Dispatch: 1-D positions go through the coder of the encoding (one protocol with the
