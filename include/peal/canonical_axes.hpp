@@ -103,27 +103,6 @@ std::vector<CanonicalBlock> axis_blocks(const Analysis& an, const Mat<Rl>& Xa, R
   return out;
 }
 
-/// Axis a's encoding: the same parts as the combination's, with axis a's parameters.
-template <class S>
-CanonicalEncoding<S> axis_encoding(const std::vector<CanonicalBlock>& blocks, const Mat<W>& P) {
-  using K = CanonicalBlock::Kind;
-  std::vector<RealBlock<S>> reals;
-  std::vector<RotationBlock<S>> rots;
-  int npass = 0;
-  for (const auto& b : blocks) {
-    if (b.kind == K::Real) reals.emplace_back(real_t<S>(b.lambda));
-    if (b.kind == K::Rotation) rots.emplace_back(b.omega, real_t<S>(b.a));
-    if (b.kind == K::PassThrough) ++npass;
-  }
-  const Layout L = Layout::Interleaved;
-  CanonicalBlocks<S> inner(Bank<RealBlock<S>>(reals, L), Bank<RotationBlock<S>>(rots, L),
-                           Bank<JordanBlock<2, S>>({}, L), Bank<JordanBlock<3, S>>({}, L),
-                           Bank<JordanBlock<4, S>>({}, L), Bank<RotationJordanBlock<2, S>>({}, L),
-                           Bank<RotationJordanBlock<3, S>>({}, L),
-                           Bank<RotationJordanBlock<4, S>>({}, L), PassThrough<S>(npass));
-  return CanonicalEncoding<S>(std::move(inner), P.template cast<S>());
-}
-
 }  // namespace canonical
 }  // namespace detail
 
@@ -204,7 +183,7 @@ CanonicalAxesForm<S> canonical_form(const std::vector<Matrix<S>>& Xs,
         for (auto& b : axes[std::size_t(a)])
           if (b.kind == K::Rotation) b.a = 0;
     std::vector<CanonicalEncoding<S>> encs;
-    for (int a = 0; a < D; ++a) encs.push_back(axis_encoding<S>(axes[std::size_t(a)], an.P));
+    for (int a = 0; a < D; ++a) encs.push_back(make_encoding<S>(axes[std::size_t(a)], an.P));
     return {MultiAxis<CanonicalEncoding<S>>(std::move(encs)), std::move(an.report),
             std::move(axes), std::move(res), comm};
   }

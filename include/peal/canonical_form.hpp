@@ -328,9 +328,11 @@ Analysis analyse(const Mat<Rl>& Xw, const Tolerances& tol, Rl u, Rl kappa_warn) 
   return assemble<Rl>(reduce<Rl>(Xw, tol), &Xw, tol, u, kappa_warn, "canonical_form");
 }
 
-/// The encoding of an analysis: the blocks' parameters rounded to S, P rounded to S.
+/// The encoding of blocks (in CanonicalEncoding's part order) in the basis P: the blocks'
+/// parameters rounded to S, P rounded to S. canonical_form's analysis, and each axis of a
+/// commuting family (canonical_axes.hpp).
 template <class S>
-CanonicalEncoding<S> make_encoding(const Analysis& an) {
+CanonicalEncoding<S> make_encoding(const std::vector<CanonicalBlock>& blocks, const Mat<W>& P) {
   using K = CanonicalBlock::Kind;
   using R = real_t<S>;
   std::vector<RealBlock<S>> reals;
@@ -342,7 +344,7 @@ CanonicalEncoding<S> make_encoding(const Analysis& an) {
   std::vector<RotationJordanBlock<3, S>> r3;
   std::vector<RotationJordanBlock<4, S>> r4;
   int npass = 0;
-  for (const auto& b : an.report.blocks) {
+  for (const auto& b : blocks) {
     if (b.kind == K::Real) reals.emplace_back(R(b.lambda));
     if (b.kind == K::Rotation) rots.emplace_back(b.omega, R(b.a));
     if (b.kind == K::Jordan && b.length == 2) j2.emplace_back(R(b.lambda));
@@ -359,7 +361,7 @@ CanonicalEncoding<S> make_encoding(const Analysis& an) {
                            Bank<JordanBlock<4, S>>(j4, L), Bank<RotationJordanBlock<2, S>>(r2, L),
                            Bank<RotationJordanBlock<3, S>>(r3, L),
                            Bank<RotationJordanBlock<4, S>>(r4, L), PassThrough<S>(npass));
-  return CanonicalEncoding<S>(std::move(inner), an.P.template cast<S>());
+  return CanonicalEncoding<S>(std::move(inner), P.template cast<S>());
 }
 
 }  // namespace canonical
@@ -385,7 +387,7 @@ CanonicalForm<S> canonical_form(const Matrix<S>& X, const CanonicalOptions& opti
     detail::fail("canonical_form: kappa_warning must be > 0");
   const W kappa_warn = options.kappa_warning ? W(*options.kappa_warning) : 1 / std::sqrt(u);
   Analysis an = analyse<W>(Mat<W>(X.template cast<W>()), tol, u, kappa_warn);
-  CanonicalEncoding<S> enc = make_encoding<S>(an);
+  CanonicalEncoding<S> enc = make_encoding<S>(an.report.blocks, an.P);
   return {std::move(enc), std::move(an.report)};
 }
 

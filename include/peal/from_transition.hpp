@@ -422,7 +422,8 @@ TransitionForm<S> from_transition(const Matrix<S>& M, const TransitionOptions& o
     rep.warnings.push_back("residual ‖A(1) − M‖/‖M‖ = " + fmt(rep.residual) +
                            ": the encoding's A(1) is a nearby M' (the tolerances above decided "
                            "it), not M to rounding");
-  TransitionForm<S> out{make_encoding<S>(an), std::move(an.report), {}, padding};
+  TransitionForm<S> out{make_encoding<S>(an.report.blocks, an.P), std::move(an.report), {},
+                       padding};
   for (int ip : an.piece) out.sources.push_back(src[std::size_t(ip)]);
   return out;
 }
