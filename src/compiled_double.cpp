@@ -4,3 +4,4 @@
 #include <peal/compiled.hpp>
 
 PEAL_COMPILED_STORAGE(, double, double)
+PEAL_COMPILED_SMALL_PRODUCTS(, double)

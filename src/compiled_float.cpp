@@ -4,3 +4,4 @@
 #include <peal/compiled.hpp>
 
 PEAL_COMPILED_STORAGE(, float, float)
+PEAL_COMPILED_SMALL_PRODUCTS(, float)

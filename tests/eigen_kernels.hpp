@@ -14,6 +14,7 @@
 #include <Eigen/Core>
 #include <Eigen/Eigenvalues>
 #include <Eigen/SVD>
+#include <peal/detail/eigen_gemm.hpp>
 
 namespace peal_test_eigen {
 using Eigen::Index;
@@ -102,5 +103,22 @@ using MatrixXld = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
   PEAL_TEST_EIGEN_SOLVER(EXT, peal_test_eigen::MatrixXld)                        \
   EXT template class Eigen::JacobiSVD<Eigen::MatrixXd>;
 
+// peal's own products of at most kSmallRows rows (include/peal/detail/small_products.hpp, the
+// decode-shaped products behind gemm_abt and gemm_ab), which every TU that runs the tiles would
+// compile: plain function templates, so that the declaration keeps them out (defined in
+// tests/kernels/eigen.cpp).
+#define PEAL_TEST_SMALL_PRODUCTS_OF(EXT, C)                                                     \
+  EXT template void peal::detail::eigen_gemm::small::abt<C>(                                    \
+      Eigen::Index, Eigen::Index, Eigen::Index, const C*, Eigen::Index, const C*, Eigen::Index, \
+      C*, Eigen::Index, Eigen::Index, C);                                                       \
+  EXT template void peal::detail::eigen_gemm::small::ab<C>(                                     \
+      Eigen::Index, Eigen::Index, Eigen::Index, const C*, Eigen::Index, const C*, Eigen::Index, \
+      C*, Eigen::Index, C);
+#define PEAL_TEST_SMALL_PRODUCTS(EXT)      \
+  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, float)  \
+  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, double) \
+  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, long double)
+
 PEAL_TEST_EIGEN_KERNELS(extern)
 PEAL_TEST_EIGEN_DECOMPOSITIONS(extern)
+PEAL_TEST_SMALL_PRODUCTS(extern)

@@ -15,6 +15,7 @@
 //   kernels:   encode_queries / encode_keys / shift_keys (in and out of place, also into C),
 //              scores (out of C), attention (and its keys_encoded path), linear_attention
 //              without a state (Bank<RotationBlock<double>> and PassThrough<double>).
+// and, once per arithmetic (float, double), the small products every tiled kernel reaches.
 // Any other call (another encoding, mixed storages, a LinearState) compiles in the user's TU
 // as in header-only mode: the list below is an optimisation, never a restriction.
 #pragma once
@@ -78,7 +79,20 @@
   PEAL_COMPILED_ATTENTION(EXT, C, peal::PassThrough<double>, C, T, T)                          \
   PEAL_COMPILED_ATTENTION(EXT, C, peal::PassThrough<double>, C, C, T)
 
+// ---- The products of at most kSmallRows rows (detail/small_products.hpp) every tiled kernel of
+// arithmetic C reaches (once per C: src/compiled_float.cpp and src/compiled_double.cpp) -------
+#define PEAL_COMPILED_SMALL_PRODUCTS(EXT, C)                                                       \
+  EXT template void peal::detail::eigen_gemm::small::abt<C>(peal::Index, peal::Index, peal::Index, \
+                                                            const C*, peal::Index, const C*,       \
+                                                            peal::Index, C*, peal::Index,          \
+                                                            peal::Index, C);                       \
+  EXT template void peal::detail::eigen_gemm::small::ab<C>(peal::Index, peal::Index, peal::Index,  \
+                                                           const C*, peal::Index, const C*,        \
+                                                           peal::Index, C*, peal::Index, C);
+
 #if defined(PEAL_COMPILED) && !defined(PEAL_COMPILED_SOURCE)
+PEAL_COMPILED_SMALL_PRODUCTS(extern, float)
+PEAL_COMPILED_SMALL_PRODUCTS(extern, double)
 PEAL_COMPILED_STORAGE(extern, float, float)
 PEAL_COMPILED_STORAGE(extern, double, double)
 PEAL_COMPILED_HALF_STORAGE(extern, Eigen::half, float)

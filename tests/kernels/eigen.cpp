@@ -5,3 +5,4 @@
 #include <Eigen/Dense>
 
 PEAL_TEST_EIGEN_KERNELS()
+PEAL_TEST_SMALL_PRODUCTS()

@@ -1,7 +1,8 @@
 // The one adaptor between peal and Eigen's internal namespace (Eigen::internal): the blocked
 // GEMM kernel, its packing workspace and blocking heuristic (used by detail/tiled/tile_run.hpp and
 // detail/tiled/attention_sink.hpp), and the
-// packet primitives of the per-pair polynomial epilogue (detail/coders/poly_parts.hpp). No other
+// packet primitives of the small products (detail/small_products.hpp, included at the end) and
+// of the per-pair polynomial epilogue (detail/coders/poly_parts.hpp). No other
 // peal header names Eigen::internal; a change of Eigen touches this file only.
 //
 // Written against Eigen 3.4 (3.4.0). On an Eigen upgrade, check (Eigen/src/Core/products/
@@ -17,7 +18,7 @@
 //   - computeProductBlockingSizes<LhsScalar, RhsScalar, KcFactor>(k, m, n, num_threads) keeps
 //     its in/out arguments (k, m, n are reduced to the cache-blocked sizes);
 //   - packet_traits<C>::type / ::size, pset1, padd, pmadd, ploadu, pstoreu keep their meaning
-//     (pmadd(a, b, c) = a * b + c).
+//     (pmadd(a, b, c) = a * b + c), and predux sums the lanes of a packet.
 // tests/test_scores.cpp compares the fused kernels with a per-pair reference and catches a
 // silent change of any of these; bench/bench_scores.cpp shows a lost vectorisation.
 #pragma once
@@ -52,10 +53,22 @@ void product_blocking_sizes(Index& kc, Index& mc, Index& nc) {
   Eigen::internal::computeProductBlockingSizes<C, C, 1>(kc, mc, nc, Index(1));
 }
 
-/// Products with at most this many rows (decoding: a few queries per head) skip Eigen's
-/// packing, which would copy the whole n x k operand to multiply it by a handful of rows:
-/// each row of B is read once, from where it lies, for all m rows of A.
+/// Products with at most this many rows (decoding: the G query rows that share a KV head) skip
+/// Eigen's packing, which would copy the whole n x k operand to multiply it by a handful of
+/// rows: the register-blocked kernels of detail/small_products.hpp read each packet of B once,
+/// from where it lies, for all m rows of A.
 inline constexpr Index kSmallRows = 8;
+
+namespace small {  // detail/small_products.hpp (included at the end of this file)
+/// res(i, j) += alpha a_i . b_j, i < m <= kSmallRows, j < n, res element (i, j) at res[i ri + j rj].
+template <class C>
+void abt(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+         Index ri, Index rj, C alpha);
+/// res (m x n, ld ldr) += alpha A B for A m x k (m <= kSmallRows) and B k x n, row-major.
+template <class C>
+void ab(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+        Index ldr, C alpha);
+}  // namespace small
 
 /// Prefetch the cache lines of one row (bytes long) into L1.
 inline void prefetch_row(const void* p, Index bytes) {
@@ -70,19 +83,13 @@ inline void prefetch_row(const void* p, Index bytes) {
 /// res (m x n, order ResOrder, leading dimension ldr) += alpha A B^T, with A m x k and B n x k,
 /// both row-major. Eigen's own blocked kernel, called without its OpenMP layer (the caller's
 /// threads already split the work; Eigen's nested parallel regions would oversubscribe); for
-/// m <= kSmallRows, dot products over the rows of B.
+/// m <= kSmallRows, small::abt.
 template <class C, int ResOrder>
 inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb,
                      C* res, Index ldr, C alpha, level3_blocking<C>& blocking) {
   if (m <= kSmallRows) {
-    using Row = Eigen::Map<const Eigen::Matrix<C, 1, Eigen::Dynamic>>;
-    const Index ri = ResOrder == Eigen::RowMajor ? ldr : 1, rj = ResOrder == Eigen::RowMajor ? 1 : ldr;
-    constexpr Index kAhead = 8;
-    for (Index j = 0; j < n; ++j) {
-      if (j + kAhead < n) prefetch_row(b + (j + kAhead) * ldb, k * Index(sizeof(C)));
-      const Row bj(b + j * ldb, k);
-      for (Index i = 0; i < m; ++i) res[i * ri + j * rj] += alpha * Row(a + i * lda, k).dot(bj);
-    }
+    small::abt<C>(m, n, k, a, lda, b, ldb, res, ResOrder == Eigen::RowMajor ? ldr : 1,
+                  ResOrder == Eigen::RowMajor ? 1 : ldr, alpha);
     return;
   }
   Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
@@ -92,20 +99,13 @@ inline void gemm_abt(Index m, Index n, Index k, const C* a, Index lda, const C* 
 }
 
 /// res (m x n, order ResOrder) += alpha A B, with A m x k and B k x n, both row-major (the
-/// P V product of attention, detail/tiled/attention_sink.hpp).
+/// P V product of attention, detail/tiled/attention_sink.hpp); for m <= kSmallRows, small::ab.
 template <class C, int ResOrder>
 inline void gemm_ab(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
                     Index ldr, C alpha, level3_blocking<C>& blocking) {
   static_assert(ResOrder == Eigen::RowMajor, "gemm_ab: row-major results only");
-  if (m <= kSmallRows) {  // rows of res += a_ij b_j: each row of B read once
-    using Row = Eigen::Map<Eigen::Matrix<C, 1, Eigen::Dynamic>>;
-    using CRow = Eigen::Map<const Eigen::Matrix<C, 1, Eigen::Dynamic>>;
-    constexpr Index kAhead = 8;  // rows of B in flight: rows far apart defeat the prefetcher
-    for (Index j = 0; j < k; ++j) {
-      if (j + kAhead < k) prefetch_row(b + (j + kAhead) * ldb, n * Index(sizeof(C)));
-      const CRow bj(b + j * ldb, n);
-      for (Index i = 0; i < m; ++i) Row(res + i * ldr, n) += (alpha * a[i * lda + j]) * bj;
-    }
+  if (m <= kSmallRows) {
+    small::ab<C>(m, n, k, a, lda, b, ldb, res, ldr, alpha);
     return;
   }
   Eigen::internal::general_matrix_matrix_product<Index, C, Eigen::RowMajor, false, C,
@@ -134,9 +134,12 @@ inline constexpr Index packet_size = Eigen::internal::packet_traits<C>::size;
 using Eigen::internal::padd;
 using Eigen::internal::ploadu;
 using Eigen::internal::pmadd;
+using Eigen::internal::predux;
 using Eigen::internal::pset1;
 using Eigen::internal::pstoreu;
 
 }  // namespace eigen_gemm
 }  // namespace detail
 }  // namespace peal
+
+#include "small_products.hpp"
