@@ -321,7 +321,7 @@ TEST_CASE("canonical_form of M-RoPE's axes: pure rotations in an orthogonal basi
   CHECK(r.second == c.scaling.mrope_section);
 }
 
-TEST_CASE("canonical_form of the ViT presets' axes", "[canonical][multi_axis]") {
+TEST_CASE("canonical_form of the ViT presets' axes (rope-vit, RoPE-Mixed, DINOv3)", "[canonical][multi_axis]") {
   // rope-vit (presets/vision_rope.hpp), head_dim 64: axial, each pair on x or on y (the same
   // magnitudes on both: the combination separates them); RoPE-Mixed, one head, every pair
   // turning on both axes (directions α and α + π/2).
@@ -329,6 +329,17 @@ TEST_CASE("canonical_form of the ViT presets' axes", "[canonical][multi_axis]") 
   CHECK(axial.second == std::vector<int>{16, 16});
   const auto mixed = preset_axes(peal::rope_mixed_2d<double>(64, {0.7}).head(0));
   CHECK(mixed.second == std::vector<int>{32, 32});
+  // DINOv3, head_dim 64: half-split pairs, the first d/4 turning with y, the next d/4 with x, at
+  // 2π / period_j (base 100, and the min/max-period form of its larger models).
+  peal::Dinov3RopeConfig dino;
+  dino.head_dim = 64;
+  const auto base = preset_axes(peal::dinov3_rope<double>(dino));
+  CHECK(base.second == std::vector<int>{16, 16});
+  dino.base.reset();
+  dino.min_period = 0.5;
+  dino.max_period = 90.0;
+  const auto periods = preset_axes(peal::dinov3_rope<double>(dino));
+  CHECK(periods.second == std::vector<int>{16, 16});
 }
 
 TEST_CASE("canonical_form of a family: what is refused", "[canonical][multi_axis][errors]") {
