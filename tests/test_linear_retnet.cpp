@@ -9,7 +9,8 @@
 // is taken: parallel rows clamped at 1, divided by their abs sum, clamped at 5e4; chunk rows
 // divided by 1, by the in-chunk abs sum, by the state's 1-norm K_c (each REQUIREd to occur).
 // Tolerance: Tol<C>::linear_retention (tests/tolerances.hpp, derived there), C the arithmetic
-// type (float for float storage, double for double).
+// type (float for float, Eigen::half and Eigen::bfloat16 storage, double for double), plus the
+// output's rounding to its storage.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <peal/peal.hpp>  // linear_attention.hpp, linear_state.hpp, retnet.hpp
@@ -50,6 +51,14 @@ struct Problem {
 };
 
 // q uniform in [-qa, qa], k in [-1, 1], v in [-va, va], rounded to the storage type S.
+template <class S>
+const char* storage_name() {
+  return std::is_same<S, double>::value        ? "double"
+         : std::is_same<S, float>::value       ? "float"
+         : std::is_same<S, Eigen::half>::value ? "half"
+                                               : "bfloat16";
+}
+
 template <class S>
 Problem<S> make_problem(Index n, Index H, Index Hk, Index d, Index dv, double qa, double va,
                         unsigned seed) {
@@ -131,10 +140,11 @@ struct Branches {
 template <class S>
 LD worst_ratio(const Problem<S>& p, const std::vector<S>& out, Index i0, Index m,
                const std::vector<ts::Result>& ref, long n_terms, std::string& where) {
-  using C = S;  // arithmetic type: float for float, double for double storage
+  // Arithmetic type: float for float and the half-like storages, double for double; the
+  // output's own rounding to S is eps_t |want|.
+  using C = peal::detail::arith_t<S, S>;
   const LD T = peal_test::Tol<C>::linear_retention(int(p.d), n_terms);
-  const LD eps_t = std::numeric_limits<S>::epsilon(),
-           floor_t = std::numeric_limits<S>::denorm_min();
+  const LD eps_t = peal_test::Tol<S>::stored(), floor_t = peal_test::Tol<S>::underflow();
   LD worst = 0;
   for (Index i = 0; i < m; ++i)
     for (Index h = 0; h < p.H; ++h)
@@ -183,6 +193,8 @@ void check_forms(Index n, bool parallel_recurrent, const std::vector<Index>& chu
   for (Index d : {16, 32})
     for (Index H : {2, 3, 4})
       for (const Amplitude& a : amplitudes) {
+        // Half-like storage holds |q| <= 65504 (f16): not the 1e6 amplitude.
+        if (peal::detail::is_half_like<S> && a.q > 6e4) continue;
         const Index Hk = H == 4 ? 2 : H, dv = d + 8;
         const Problem<S> p = make_problem<S>(n, H, Hk, d, dv, a.q, a.v, unsigned(n * 100 + d + H));
         std::vector<std::pair<LinearForm, Index>> forms;
@@ -197,7 +209,7 @@ void check_forms(Index n, bool parallel_recurrent, const std::vector<Index>& chu
           const LD worst = worst_ratio(p, out, 0, n, ref, long(n), where);
           INFO(name(f.first) << " chunk " << f.second << " n " << n << " d " << d << " H " << H
                              << " Hk " << Hk << " q amplitude " << a.q << " v amplitude " << a.v
-                             << " storage " << (sizeof(S) == 4 ? "float" : "double") << ": worst "
+                             << " storage " << storage_name<S>() << ": worst "
                              << where);
           CHECK(worst <= 1);
         }
@@ -229,7 +241,7 @@ void check_prefill_then_decode(S, Index np, LinearForm form, Index chunk, double
   const LD e1 = worst_ratio(p, pre, 0, np, rp, long(np), w1);
   const LD e2 = worst_ratio(p, dec, np, n - np, rr, long(n), w2);
   INFO("prefill " << name(form) << " chunk " << chunk << " np " << np << " q amplitude " << qa
-                  << " storage " << (sizeof(S) == 4 ? "float" : "double") << ": prefill worst "
+                  << " storage " << storage_name<S>() << ": prefill worst "
                   << w1 << "; decode worst " << w2);
   CHECK(e1 <= 1);
   CHECK(e2 <= 1);
@@ -263,6 +275,21 @@ TEST_CASE("linear retnet: chunkwise form against torchscale (chunks dividing n)"
   check_forms<float>(130, false, {13}, seen);
   // Every branch of chunk_recurrent_forward's divisor max(I_i, K_c) was taken.
   CHECK(seen.chunk_one > 0);
+  CHECK(seen.chunk_inner > 0);
+  CHECK(seen.chunk_cross > 0);
+}
+
+TEST_CASE("linear retnet: half-precision storage (f16, bf16) against torchscale",
+          "[linear][retnet][half]") {
+  // q, k, v and out stored as Eigen::half or Eigen::bfloat16, float arithmetic (a KV cache's
+  // storage): the reference reads the stored values, the bound is float's plus the output's
+  // rounding to the storage. Every form, a partial last chunk among them.
+  Branches seen;
+  for (Index n : {7, 64}) {
+    check_forms<Eigen::half>(n, true, {n == 7 ? Index(3) : Index(16)}, seen);
+    check_forms<Eigen::bfloat16>(n, true, {n == 7 ? Index(7) : Index(5)}, seen);
+  }
+  CHECK(seen.par_sum > 0);
   CHECK(seen.chunk_inner > 0);
   CHECK(seen.chunk_cross > 0);
 }
