@@ -114,10 +114,20 @@ using MatrixXld = Eigen::Matrix<long double, Eigen::Dynamic, Eigen::Dynamic>;
   EXT template void peal::detail::eigen_gemm::small::ab<C>(                                     \
       Eigen::Index, Eigen::Index, Eigen::Index, const C*, Eigen::Index, const C*, Eigen::Index, \
       C*, Eigen::Index, C);
-#define PEAL_TEST_SMALL_PRODUCTS(EXT)      \
-  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, float)  \
-  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, double) \
-  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, long double)
+// B stored in half precision (a half KV cache), converted in registers: C = float.
+#define PEAL_TEST_SMALL_PRODUCTS_HALF_B(EXT, TB)                                                 \
+  EXT template void peal::detail::eigen_gemm::small::abt<float, TB>(                            \
+      Eigen::Index, Eigen::Index, Eigen::Index, const float*, Eigen::Index, const TB*,          \
+      Eigen::Index, float*, Eigen::Index, Eigen::Index, float);                                 \
+  EXT template void peal::detail::eigen_gemm::small::ab<float, TB>(                             \
+      Eigen::Index, Eigen::Index, Eigen::Index, const float*, Eigen::Index, const TB*,          \
+      Eigen::Index, float*, Eigen::Index, float);
+#define PEAL_TEST_SMALL_PRODUCTS(EXT)                   \
+  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, float)               \
+  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, double)              \
+  PEAL_TEST_SMALL_PRODUCTS_OF(EXT, long double)         \
+  PEAL_TEST_SMALL_PRODUCTS_HALF_B(EXT, Eigen::half)     \
+  PEAL_TEST_SMALL_PRODUCTS_HALF_B(EXT, Eigen::bfloat16)
 
 PEAL_TEST_EIGEN_KERNELS(extern)
 PEAL_TEST_EIGEN_DECOMPOSITIONS(extern)

@@ -8,6 +8,7 @@
 // (include/peal/merge_attention.hpp): slices of a cache merged against the reference over the
 // whole cache, the rule against long double, in place, NaN, empty rows, bad input.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -419,6 +420,80 @@ TEST_CASE("attention: decode rows equal the same rows of prefill", "[attention]"
     }
     CHECK(worst <= 2 * T::attention_out(1e-4L, 512, 2, 1));
     CHECK(worst > 0);  // not the same computation (splits, tiles): the comparison is real
+  }
+}
+
+// A half-precision KV cache (Eigen::half or Eigen::bfloat16), keys encoded, decoded with q in
+// float: the small products read its rows where they lie and convert them in registers (a few
+// query rows: detail/small_products.hpp, tile_run.hpp's raw_keys_, attention_sink.hpp's
+// direct_values) or go through float copies (nq G > 8: Eigen's GEMM). Every conversion is
+// exact, so the result is bitwise that of the same call on the cache's float copy, token-major
+// and head-major, whatever path a tile takes: a tile the window cuts, with a NaN value row
+// behind the mask, goes through the float copy of that tile.
+template <class T>
+void check_half_cache(bool head_major, Index nq, Index Hq, Index Hk, bool keys_encoded,
+                      AttentionOptions o, bool nan_value) {
+  const Index nk = 300, d = 64, dv = 48;
+  const auto enc = peal::rope<double>(rope_config(d, peal::Layout::HalfSplit));
+  std::mt19937 rng(unsigned(nq * 100 + Hq * 10 + Hk + head_major));
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> q(std::size_t(nq * Hq * d)), kf(std::size_t(nk * Hk * d)),
+      vf(std::size_t(nk * Hk * dv));
+  for (float& x : q) x = u(rng);
+  std::vector<T> kh(kf.size()), vh(vf.size());
+  for (std::size_t i = 0; i < kf.size(); ++i) kf[i] = float(kh[i] = T(u(rng)));
+  for (std::size_t i = 0; i < vf.size(); ++i) vf[i] = float(vh[i] = T(2 * u(rng)));
+  // A NaN value at key 258: masked by the window (o.window = 40 from the query at 299) in a
+  // tile the window cuts (keys [256, 288) with o.key_tile = 32), visible without it.
+  const std::size_t bad = std::size_t((258 * Hk + Hk - 1) * dv + 3);
+  if (nan_value) vf[bad] = float(vh[bad] = T(NAN));
+  const std::vector<double> tk = range(nk, 0);
+  std::vector<double> tq;
+  for (Index i = 0; i < nq; ++i) tq.push_back(tk.back() + double(i));
+  auto view = [&](auto* p, Index width) {
+    using V = std::remove_pointer_t<decltype(p)>;
+    return head_major ? TensorView<V>(p, nk, Hk, width, peal::Strides{width, nk * width, 1})
+                      : TensorView<V>(p, nk, Hk, width);
+  };
+  o.keys_encoded = keys_encoded;
+  std::vector<double> lse_h(std::size_t(nq * Hq)), lse_f(lse_h.size());
+  std::vector<float> out_h(std::size_t(nq * Hq * dv)), out_f(out_h.size());
+  const TensorView<const float> qv(q.data(), nq, Hq, d);
+  o.lse = lse_h.data();
+  peal::attention(enc, qv, Positions(tq), view(static_cast<const T*>(kh.data()), d), Positions(tk),
+                  view(static_cast<const T*>(vh.data()), dv), TensorView<float>(out_h.data(), nq, Hq, dv), o);
+  o.lse = lse_f.data();
+  peal::attention(enc, qv, Positions(tq), view(static_cast<const float*>(kf.data()), d),
+                  Positions(tk), view(static_cast<const float*>(vf.data()), dv),
+                  TensorView<float>(out_f.data(), nq, Hq, dv), o);
+  CAPTURE(head_major, nq, Hq, Hk, keys_encoded, nan_value, o.window, o.causal);
+  CHECK(std::memcmp(out_h.data(), out_f.data(), out_h.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(lse_h.data(), lse_f.data(), lse_h.size() * sizeof(double)) == 0);
+  std::size_t nans = 0;
+  for (float x : out_h) nans += std::isnan(x);
+  CHECK((nans > 0) == (nan_value && !(o.window < 1e3)));  // the NaN row's key visible or not
+}
+
+TEST_CASE("attention: half-precision KV caches in decode equal their float copies, bitwise",
+          "[attention][half]") {
+  AttentionOptions causal, windowed;
+  causal.causal = true;
+  windowed.causal = true, windowed.window = 40, windowed.key_tile = 32;  // a tile cut by the window
+  // Keys encoded (the cache of an engine): the keys' products read the half rows. (Raw keys
+  // are rotated per tile, a half row after its conversion in place, a float row out of place:
+  // the same rounding bound, not always the same bits; their V side is the same as here.)
+  for (bool hm : {false, true})
+    for (const auto& shape : {std::array<Index, 3>{1, 8, 2}, std::array<Index, 3>{1, 8, 1},
+                              std::array<Index, 3>{2, 8, 2}, std::array<Index, 3>{1, 4, 4},
+                              std::array<Index, 3>{3, 8, 2}}) {
+      check_half_cache<Eigen::half>(hm, shape[0], shape[1], shape[2], true, causal, false);
+      check_half_cache<Eigen::bfloat16>(hm, shape[0], shape[1], shape[2], true, causal, false);
+    }
+  for (bool hm : {false, true}) {
+    check_half_cache<Eigen::half>(hm, 1, 8, 2, true, windowed, false);
+    check_half_cache<Eigen::half>(hm, 1, 8, 2, true, causal, true);
+    check_half_cache<Eigen::half>(hm, 1, 8, 2, true, windowed, true);
+    check_half_cache<Eigen::bfloat16>(hm, 2, 8, 2, true, windowed, true);
   }
 }
 

@@ -189,6 +189,48 @@ void check_all(std::mt19937& rng) {
     }
 }
 
+/// B stored as Eigen::half or Eigen::bfloat16 (a half-precision KV cache) and converted in
+/// registers: bitwise the product over B's float copy (the conversions are exact), for every
+/// row count, awkward n and k (the packet body and the scalar tails), strides and alignments.
+template <class TB>
+void check_half_b(std::mt19937& rng) {
+  const Index awkward[] = {1, 3, 17, 127, 128, 129};
+  std::uniform_int_distribution<int> pick(0, 5);
+  for (int transposed = 0; transposed < 2; ++transposed)
+    for (Index m = 1; m <= eg::kSmallRows; ++m)
+      for (int rep = 0; rep < 3; ++rep) {
+        const Index n = awkward[pick(rng)], k = awkward[pick(rng)], pad = pick(rng), skew = pick(rng);
+        Strided<float> a(m, k, 2, 3, rng);
+        const Index brows = transposed ? n : k, bcols = transposed ? k : n, ldb = bcols + pad;
+        std::vector<TB> bh(std::size_t(skew + brows * ldb));
+        std::vector<float> bf(bh.size());
+        std::uniform_real_distribution<float> u(-2, 2);
+        for (std::size_t e = 0; e < bh.size(); ++e) bf[e] = float(bh[e] = TB(u(rng)));
+        Strided<float> r1(m, n, 1, 1, rng);
+        Strided<float> r2 = r1;
+        if (transposed) {
+          eg::small::abt<float, TB>(m, n, k, a.data(), a.ld, bh.data() + skew, ldb, r1.data(), r1.ld,
+                                    1, 0.5f);
+          eg::small::abt<float>(m, n, k, a.data(), a.ld, bf.data() + skew, ldb, r2.data(), r2.ld, 1,
+                                0.5f);
+        } else {
+          eg::small::ab<float, TB>(m, n, k, a.data(), a.ld, bh.data() + skew, ldb, r1.data(), r1.ld,
+                                   0.5f);
+          eg::small::ab<float>(m, n, k, a.data(), a.ld, bf.data() + skew, ldb, r2.data(), r2.ld,
+                               0.5f);
+        }
+        INFO((transposed ? "A B^T" : "A B") << " m " << m << " n " << n << " k " << k);
+        CHECK(r1.buf == r2.buf);
+      }
+}
+
+TEST_CASE("small products: B stored in half precision, converted in registers",
+          "[small_products][half]") {
+  std::mt19937 rng(20261209);
+  SECTION("Eigen::half") { check_half_b<Eigen::half>(rng); }
+  SECTION("Eigen::bfloat16") { check_half_b<Eigen::bfloat16>(rng); }
+}
+
 TEST_CASE("small products: A B^T and A B on <= 8 rows against long double", "[small_products]") {
   std::mt19937 rng(20261208);
   SECTION("float") { check_all<float>(rng); }

@@ -60,13 +60,16 @@ void product_blocking_sizes(Index& kc, Index& mc, Index& nc) {
 inline constexpr Index kSmallRows = 8;
 
 namespace small {  // detail/small_products.hpp (included at the end of this file)
-/// res(i, j) += alpha a_i . b_j, i < m <= kSmallRows, j < n, res element (i, j) at res[i ri + j rj].
-template <class C>
-void abt(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+/// res(i, j) += alpha a_i . b_j, i < m <= kSmallRows, j < n, res element (i, j) at
+/// res[i ri + j rj]; B stores C, or Eigen::half / Eigen::bfloat16 with C = float (converted in
+/// registers).
+template <class C, class TB = C>
+void abt(Index m, Index n, Index k, const C* a, Index lda, const TB* b, Index ldb, C* res,
          Index ri, Index rj, C alpha);
-/// res (m x n, ld ldr) += alpha A B for A m x k (m <= kSmallRows) and B k x n, row-major.
-template <class C>
-void ab(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+/// res (m x n, ld ldr) += alpha A B for A m x k (m <= kSmallRows) and B k x n, row-major; B as
+/// for abt.
+template <class C, class TB = C>
+void ab(Index m, Index n, Index k, const C* a, Index lda, const TB* b, Index ldb, C* res,
         Index ldr, C alpha);
 }  // namespace small
 

@@ -4,7 +4,8 @@
 // (row, key) pair, one horizontal sum per pair at the end) or over a block of B's rows (A B:
 // chunks of the output rows). detail/eigen_gemm.hpp declares them and calls them from gemm_abt
 // and gemm_ab; Eigen's packing, which would copy the whole n x k operand to multiply it by a
-// handful of rows, is skipped.
+// handful of rows, is skipped. B may also be a half-precision KV cache's rows (Eigen::half,
+// Eigen::bfloat16, with C = float), converted in registers as each packet is loaded (load_b).
 //
 // Compile cost is part of the design (docs/build-cost.md §4). One kernel per row count (1..8)
 // made every TU that runs the tiles compile sixteen kernels per scalar type, and the clean-clone
@@ -23,6 +24,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "eigen_gemm.hpp"
@@ -140,13 +142,53 @@ EIGEN_STRONG_INLINE void lane_sums4(const __m256d& a, const __m256d& b, const __
 }
 #endif
 
+/// A packet of C from W = packet_size<C> consecutive elements of B: loaded as they are when B
+/// stores C, converted in registers when B stores Eigen::half or Eigen::bfloat16 (C = float: a
+/// KV cache kept in half precision, read once, never staged as floats). The conversions are
+/// exact, bit for bit static_cast<float> (detail/half_rows.hpp), so a product over half rows
+/// equals the product over their float copies.
+template <class C, class TB>
+EIGEN_STRONG_INLINE packet_t<C> load_b(const TB* p) {
+  using P = packet_t<C>;
+  if constexpr (std::is_same<TB, C>::value) {
+    return ploadu<P>(p);
+  } else {
+    static_assert(std::is_same<C, float>::value, "small products: half-like B with C = float");
+#if defined(EIGEN_VECTORIZE_AVX512)
+    if constexpr (packet_size<C> == 16) {
+      // (The zero-masked forms: GCC 12's plain ones start from an "undefined" register that
+      // -Wmaybe-uninitialized reports in every includer.)
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      constexpr __mmask16 all = 0xffff;
+      if constexpr (std::is_same<TB, Eigen::half>::value)
+        return _mm512_maskz_cvtph_ps(all, h);
+      else
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_maskz_cvtepu16_epi32(all, h), 16));
+    }
+#endif
+#if defined(EIGEN_VECTORIZE_AVX2) && defined(__F16C__)
+    if constexpr (packet_size<C> == 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      if constexpr (std::is_same<TB, Eigen::half>::value)
+        return _mm256_cvtph_ps(h);
+      else
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+#endif
+    constexpr Index W = packet_size<C>;
+    C x[W];
+    for (Index e = 0; e < W; ++e) x[e] = C(p[e]);
+    return ploadu<P>(x);
+  }
+}
+
 /// s[i NB + j] = a_i . b_j for the M rows of A and NB rows of B (k long): per pair, one packet
 /// accumulator over the whole packets of k, its lane sum (four pairs at a time; s holds
 /// kSumSlots<M * NB>), then the scalar tail.
 template <int N>
 inline constexpr int kSumSlots = (N + 3) / 4 * 4;
-template <class C, int M, int NB>
-EIGEN_STRONG_INLINE void dots(Index k, const C* a, Index lda, const C* b, Index ldb, C* s) {
+template <class C, int M, int NB, class TB>
+EIGEN_STRONG_INLINE void dots(Index k, const C* a, Index lda, const TB* b, Index ldb, C* s) {
   using P = packet_t<C>;
   constexpr Index W = packet_size<C>;
   constexpr int N = kSumSlots<M * NB>;
@@ -155,7 +197,7 @@ EIGEN_STRONG_INLINE void dots(Index k, const C* a, Index lda, const C* b, Index 
   const Index kw = k - k % W;
   for (Index e = 0; e < kw; e += W) {
     P bp[NB];
-    unroll<NB>([&](auto j) { bp[j] = ploadu<P>(b + j * ldb + e); });
+    unroll<NB>([&](auto j) { bp[j] = load_b<C>(b + j * ldb + e); });
     unroll<M>([&](auto i) {
       const P ap = ploadu<P>(a + i * lda + e);
       unroll<NB>([&](auto j) { acc[i * NB + j] = pmadd(ap, bp[j], acc[i * NB + j]); });
@@ -168,19 +210,19 @@ EIGEN_STRONG_INLINE void dots(Index k, const C* a, Index lda, const C* b, Index 
   unroll<M>([&](auto i) {
     unroll<NB>([&](auto j) {
       C& sum = s[i * NB + j];
-      for (Index e = kw; e < k; ++e) sum += a[i * lda + e] * b[j * ldb + e];
+      for (Index e = kw; e < k; ++e) sum += a[i * lda + e] * C(b[j * ldb + e]);
     });
   });
 }
 
 /// res(i, j) += alpha a_i . b_j for the M rows of A (M x k) and the n rows of B (n x k), res
 /// element (i, j) at res[i ri + j rj]: blocks of kKeyBlock<M> keys, then one key at a time.
-template <class C, int M>
-EIGEN_STRONG_INLINE void abt_rows(Index n, Index k, const C* a, Index lda, const C* b, Index ldb,
+template <class C, int M, class TB>
+EIGEN_STRONG_INLINE void abt_rows(Index n, Index k, const C* a, Index lda, const TB* b, Index ldb,
                                   C* res, Index ri, Index rj, C alpha) {
   constexpr int NB = kKeyBlock<M>;
   C s[kSumSlots<M * NB>];
-  const Index row_bytes = k * Index(sizeof(C));
+  const Index row_bytes = k * Index(sizeof(TB));
   auto add = [&](Index j, int nb) {
     for (int i = 0; i < M; ++i)
       for (int jj = 0; jj < nb; ++jj) res[i * ri + (j + jj) * rj] += alpha * s[i * nb + jj];
@@ -189,11 +231,11 @@ EIGEN_STRONG_INLINE void abt_rows(Index n, Index k, const C* a, Index lda, const
   for (; j + NB <= n; j += NB) {
     for (Index r = j + kAhead; r < std::min(n, j + kAhead + NB); ++r)
       prefetch_row(b + r * ldb, row_bytes);
-    dots<C, M, NB>(k, a, lda, b + j * ldb, ldb, s);
+    dots<C, M, NB, TB>(k, a, lda, b + j * ldb, ldb, s);
     add(j, NB);
   }
   for (; j < n; ++j) {
-    dots<C, M, 1>(k, a, lda, b + j * ldb, ldb, s);
+    dots<C, M, 1, TB>(k, a, lda, b + j * ldb, ldb, s);
     add(j, 1);
   }
 }
@@ -202,8 +244,8 @@ EIGEN_STRONG_INLINE void abt_rows(Index n, Index k, const C* a, Index lda, const
 /// rows [j0, j1) of B: the M x NC packets stay in registers over the rows, each packet of b_j
 /// loaded once for all M rows, weights broadcast. Rows below ahead_end are prefetched kAhead
 /// rows ahead (row_bytes each).
-template <class C, int M, int NC>
-EIGEN_STRONG_INLINE void axpys(Index j0, Index j1, Index col, const C* a, Index lda, const C* b,
+template <class C, int M, int NC, class TB>
+EIGEN_STRONG_INLINE void axpys(Index j0, Index j1, Index col, const C* a, Index lda, const TB* b,
                                Index ldb, C* res, Index ldr, C alpha, Index ahead_end,
                                Index row_bytes) {
   using P = packet_t<C>;
@@ -215,7 +257,7 @@ EIGEN_STRONG_INLINE void axpys(Index j0, Index j1, Index col, const C* a, Index 
   for (Index j = j0; j < j1; ++j) {
     if (j + kAhead < ahead_end) prefetch_row(b + (j + kAhead) * ldb, row_bytes);
     P bp[NC];
-    unroll<NC>([&](auto c) { bp[c] = ploadu<P>(b + j * ldb + col + c * W); });
+    unroll<NC>([&](auto c) { bp[c] = load_b<C>(b + j * ldb + col + c * W); });
     unroll<M>([&](auto i) {
       const P w = pset1<P>(alpha * a[i * lda + j]);
       unroll<NC>([&](auto c) { o[i][c] = pmadd(w, bp[c], o[i][c]); });
@@ -228,13 +270,13 @@ EIGEN_STRONG_INLINE void axpys(Index j0, Index j1, Index col, const C* a, Index 
 /// res (M x n, ld ldr) += alpha A B for the M rows of A (M x k) and B (k x n): B in blocks of
 /// rows that stay in L1 while chunks of kChunkPackets<M> packets of columns pass over them,
 /// then single packets, then the scalar columns.
-template <class C, int M>
-EIGEN_STRONG_INLINE void ab_rows(Index n, Index k, const C* a, Index lda, const C* b, Index ldb,
+template <class C, int M, class TB>
+EIGEN_STRONG_INLINE void ab_rows(Index n, Index k, const C* a, Index lda, const TB* b, Index ldb,
                                  C* res, Index ldr, C alpha) {
   constexpr Index W = packet_size<C>, NC = kChunkPackets<M>;
   const Index nw = n - n % W;           // columns in whole packets
   const Index nc = nw - nw % (NC * W);  // columns in whole chunks
-  const Index row_bytes = n * Index(sizeof(C));
+  const Index row_bytes = n * Index(sizeof(TB));
   // One pass over the columns: B streams once; several: blocks of B of <= 16 KiB (L1).
   const Index rows = nw > NC * W ? std::max<Index>(16, 16384 / std::max<Index>(row_bytes, 1)) : k;
   for (Index j0 = 0; j0 < k; j0 += rows) {
@@ -242,13 +284,13 @@ EIGEN_STRONG_INLINE void ab_rows(Index n, Index k, const C* a, Index lda, const 
     Index ahead_end = k;  // the first pass over a block prefetches the rows ahead
     Index col = 0;
     for (; col < nc; col += NC * W, ahead_end = 0)
-      axpys<C, M, NC>(j0, j1, col, a, lda, b, ldb, res, ldr, alpha, ahead_end, row_bytes);
+      axpys<C, M, NC, TB>(j0, j1, col, a, lda, b, ldb, res, ldr, alpha, ahead_end, row_bytes);
     for (; col < nw; col += W, ahead_end = 0)
-      axpys<C, M, 1>(j0, j1, col, a, lda, b, ldb, res, ldr, alpha, ahead_end, row_bytes);
+      axpys<C, M, 1, TB>(j0, j1, col, a, lda, b, ldb, res, ldr, alpha, ahead_end, row_bytes);
     for (Index j = j0; j < j1; ++j)  // the columns past the last whole packet
       for (int i = 0; i < M; ++i) {
         const C w = alpha * a[i * lda + j];
-        for (Index e = nw; e < n; ++e) res[i * ldr + e] += w * b[j * ldb + e];
+        for (Index e = nw; e < n; ++e) res[i * ldr + e] += w * C(b[j * ldb + e]);
       }
   }
 }
@@ -264,19 +306,20 @@ EIGEN_STRONG_INLINE void row_chunks(Index m, F&& f) {
   if (i < m) f(std::integral_constant<int, 1>{}, i);
 }
 
-template <class C>
-void abt(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+template <class C, class TB>
+void abt(Index m, Index n, Index k, const C* a, Index lda, const TB* b, Index ldb, C* res,
          Index ri, Index rj, C alpha) {
   row_chunks(m, [&](auto M, Index i) {
-    abt_rows<C, decltype(M)::value>(n, k, a + i * lda, lda, b, ldb, res + i * ri, ri, rj, alpha);
+    abt_rows<C, decltype(M)::value, TB>(n, k, a + i * lda, lda, b, ldb, res + i * ri, ri, rj,
+                                        alpha);
   });
 }
 
-template <class C>
-void ab(Index m, Index n, Index k, const C* a, Index lda, const C* b, Index ldb, C* res,
+template <class C, class TB>
+void ab(Index m, Index n, Index k, const C* a, Index lda, const TB* b, Index ldb, C* res,
         Index ldr, C alpha) {
   row_chunks(m, [&](auto M, Index i) {
-    ab_rows<C, decltype(M)::value>(n, k, a + i * lda, lda, b, ldb, res + i * ldr, ldr, alpha);
+    ab_rows<C, decltype(M)::value, TB>(n, k, a + i * lda, lda, b, ldb, res + i * ldr, ldr, alpha);
   });
 }
 

@@ -88,6 +88,10 @@ class AttentionSink : public InPlaceSink<C> {
     Index I0 = 0, kh = 0;
     const C* vrows = nullptr;  // V of the current key tile: vtile, vstage or the view itself
     Index ldv = 0;
+    // Or, decoding a half-precision cache (direct_values), the view's own rows of the tile,
+    // converted in the products' registers: rows [vj0, vj0 + vn) of head vkh, ld ldv.
+    const TV* vraw = nullptr;
+    Index vj0 = 0, vn = 0, vkh = 0;
     Buf<VS> vstage;     // every head's V rows of a key tile (key_block)
     Index staged = -1;                  // the key tile in vstage, or −1
     int vfinite = -1;                   // V of the current key tile all finite: 1, 0, or −1 unknown
@@ -158,12 +162,18 @@ class AttentionSink : public InPlaceSink<C> {
     if (dv_ == 0) return;
     const auto& kp = r.key_plan();
     const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
+    w.vraw = nullptr;
+    w.vfinite = -1;
+    if (direct_values(r) && (n <= 1 || v_.strides().token >= dv_)) {
+      w.vraw = v_.vector(j0, kh), w.ldv = n > 1 ? v_.strides().token : dv_;
+      w.vj0 = j0, w.vn = n, w.vkh = kh, w.vrows = nullptr;
+      return;
+    }
     if (w.staged == J)
       value_rows(TensorView<const VS>(w.vstage.data(), n, r.key_heads(), dv_), 0, n, kh,
                  w.vtile.data(), w.vrows, w.ldv);
     else
       value_rows(TensorView<const TV>(v_), j0, n, kh, w.vtile.data(), w.vrows, w.ldv);
-    w.vfinite = -1;
   }
 
   /// Head h's logits of tile (I, J) (rows(I) x rows(J), in place) become the weights P of
@@ -211,6 +221,17 @@ class AttentionSink : public InPlaceSink<C> {
     const Index base = slot(r, kh) + (qp.begin[std::size_t(I)] - qp.begin[std::size_t(w.I0)]) * G;
     bool cut = false;
     for (Index k = 0; k < w.nstrips; ++k) cut |= w.strips[k].cut();
+    if (w.vraw) {
+      if (!cut && whole_pair(w.strips, w.nstrips, m, n)) {
+        if constexpr (is_half_like<TV> && std::is_same<C, float>::value)
+          eigen_gemm::small::ab<C, TV>(G * m, dv_, n, tile, n, w.vraw, w.ldv,
+                                       w.o.data() + base * dv_, dv_, C(1));
+        return;
+      }
+      // A mask cuts the pair (rare in a decode step): the rows as floats, the general path.
+      value_rows(TensorView<const TV>(v_), w.vj0, w.vn, w.vkh, w.vtile.data(), w.vrows, w.ldv);
+      w.vraw = nullptr;
+    }
     if (cut) {  // a masked key's weight 0 must not meet an inf or NaN value
       if (w.vfinite < 0) w.vfinite = values_finite(w, n);
       if (!w.vfinite) return nonfinite_values(r, w, tile, base, I, J);
@@ -281,7 +302,16 @@ class AttentionSink : public InPlaceSink<C> {
   template <class Run>
   bool stages(const Run& r) const {
     return r.head_slots() > 1 && v_.strides().elem == 1 && v_.strides().head == dv_ &&
-           r.key_heads() > 1 && dv_ > 0;
+           r.key_heads() > 1 && dv_ > 0 && !direct_values(r);
+  }
+  // Decoding (a query tile's G m rows within the small products' kSmallRows) from a
+  // half-precision V: the products read V's rows where they lie and convert them in
+  // registers (detail/small_products.hpp), instead of a float copy of every tile: the cache is
+  // read once, and the conversion overlaps the products. Exact either way (the same floats).
+  template <class Run>
+  bool direct_values(const Run& r) const {
+    return is_half_like<TV> && std::is_same<C, float>::value && v_.strides().elem == 1 &&
+           dv_ > 0 && r.query_plan().max_rows * r.group() <= eigen_gemm::kSmallRows;
   }
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();

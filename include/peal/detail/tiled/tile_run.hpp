@@ -122,6 +122,7 @@ class TileRun {
     // its tiles in place (attention: decoding has one query row per head).
     grouped_ = Sink::in_place && rebase_ == Rebase::pure && !epi_.has_decay() &&
                !epi_.pair_decay() && !epi_.has_alibi() && !PE::active;
+    raw_keys_ = raw_half_keys && grouped_ && identity_ && direct_keys_ && k.strides().elem == 1;
   }
 
   /// The plan of this run (detail/tiled/tile_plan.hpp).
@@ -377,15 +378,28 @@ class TileRun {
 
   // res (row-major, ldr) = alpha a b^T on the strips of the current pair only (ws.strips):
   // rows [r0, r1) of a times columns [c0, c1) of b, in the rectangles of for_each_strip_block.
-  void strip_products(Workspace& ws, const C* a, Index lda, const C* b, Index ldb, C* res,
+  // b: the key rows in C, or half-precision rows in place (raw_keys_).
+  template <class TB>
+  void strip_products(Workspace& ws, const C* a, Index lda, const TB* b, Index ldb, C* res,
                       Index ldr, C alpha) const {
     for_each_strip_block(ws.strips.data(), ws.nstrips, [&](Index r0, Index r1, Index c0, Index c1) {
       C* o = res + r0 * ldr + c0;
       for (Index i = 0; i < r1 - r0; ++i) std::fill_n(o + i * ldr, c1 - c0, C(0));
-      if (d_ > 0)
+      if (d_ == 0) return;
+      if constexpr (std::is_same<TB, C>::value)
         gemm_abt<C, Eigen::RowMajor>(r1 - r0, c1 - c0, d_, a + r0 * lda, lda, b + c0 * ldb, ldb, o,
                                      ldr, alpha, ws.blocking);
+      else
+        raw_abt(r1 - r0, c1 - c0, a + r0 * lda, lda, b + c0 * ldb, ldb, o, ldr, alpha);
     });
+  }
+
+  // res (m x n, row-major, ld ldr) += alpha A B^T over half-precision key rows in place, A's m
+  // <= kSmallRows rows of d_ (raw_keys_: the rows converted in the products' registers).
+  void raw_abt(Index m, Index n, const C* a, Index lda, const TK* b, Index ldb, C* res,
+               Index ldr, C alpha) const {
+    if constexpr (raw_half_keys)
+      eigen_gemm::small::abt<C, TK>(m, n, d_, a, lda, b, ldb, res, ldr, 1, alpha);
   }
 
   // ALiBi of head h for tile (I, J) into ws.rbias, ws.cbias (false: no bias for this head).
@@ -521,7 +535,7 @@ class TileRun {
       sink_->unit_begin(*this, ws.sink, kh, I0, I1, split);
     }
     for (Index J = J0; J < J1; ++J) {
-      if (!plan_.stage) {
+      if (!plan_.stage || raw_keys_) {
         for (Index kh = kh0; kh < kh1; ++kh) key_pass(ws, k_, kp().begin[std::size_t(J)], kh, I0, I1, J);
         continue;
       }
@@ -563,6 +577,7 @@ class TileRun {
   struct KeyRows {
     const C* rows;
     Index ld;
+    const TK* raw = nullptr;  // or half-precision rows in place (raw_keys_), ld apart
   };
   // Key coefficients A(S_J − s_j) (times the constant A(−S_J) when pure: anchor 0) applied to
   // key tile J of head kh, scaled by the decay γ^(S_J − s_j) of the group when `fold`.
@@ -589,6 +604,9 @@ class TileRun {
       }
     }
     if (fold) key_scale(ws, kh * G_, J);
+    if constexpr (std::is_same<std::remove_cv_t<T>, TK>::value && raw_half_keys)
+      if (raw_keys_ && (nkj <= 1 || kv.strides().token >= d_))
+        return {nullptr, nkj > 1 ? kv.strides().token : d_, kv.vector(kb, kh)};
     // An identity (keys already encoded) against a few query rows: the product reads the
     // key rows where they lie (each once, gemm_abt's small path); else they are encoded.
     if constexpr (std::is_same<std::remove_cv_t<T>, C>::value)
@@ -637,13 +655,20 @@ class TileRun {
       C* res = tile_of(ws, kh * G_, I, J);
       if (ws.whole) {
         std::fill_n(res, G_ * n * nkj, C(0));
-        if (d_ > 0)
+        if (d_ > 0 && keys.raw)
+          raw_abt(G_ * n, nkj, query_rows(ws, kh, I0, I, 0), d_, keys.raw, keys.ld, res, nkj,
+                  C(opt_.scale));
+        else if (d_ > 0)
           gemm_abt<C, Eigen::RowMajor>(G_ * n, nkj, d_, query_rows(ws, kh, I0, I, 0), d_, keys.rows,
                                        keys.ld, res, nkj, C(opt_.scale), ws.blocking);
       } else {  // along the staircase, head by head
         for (Index g = 0; g < G_; ++g)
-          strip_products(ws, query_rows(ws, kh, I0, I, g), d_, keys.rows, keys.ld,
-                         res + g * n * nkj, nkj, C(opt_.scale));
+          if (keys.raw)
+            strip_products(ws, query_rows(ws, kh, I0, I, g), d_, keys.raw, keys.ld,
+                           res + g * n * nkj, nkj, C(opt_.scale));
+          else
+            strip_products(ws, query_rows(ws, kh, I0, I, g), d_, keys.rows, keys.ld,
+                           res + g * n * nkj, nkj, C(opt_.scale));
       }
     }
     const C* qcoef = nullptr;
@@ -782,6 +807,12 @@ class TileRun {
   bool out_rm_ = false, out_cm_ = false;
   bool direct_keys_ = false;  // a few query rows: identity keys in C are read in place
   bool grouped_ = false;
+  // Decoding a half-precision key cache (keys encoded: an identity) for a grouped sink: the
+  // products read the keys' rows where they lie and convert them in registers
+  // (detail/small_products.hpp) instead of a float copy of every tile, so the cache is read
+  // once and the conversion overlaps the products; the same floats, so the same result.
+  static constexpr bool raw_half_keys = is_half_like<TK> && std::is_same<C, float>::value;
+  bool raw_keys_ = false;
 };
 
 }  // namespace tiled
