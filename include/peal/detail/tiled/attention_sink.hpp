@@ -164,7 +164,7 @@ class AttentionSink : public InPlaceSink<C> {
     const Index j0 = kp.begin[std::size_t(J)], n = kp.rows(J);
     w.vraw = nullptr;
     w.vfinite = -1;
-    if (direct_values(r) && (n <= 1 || v_.strides().token >= dv_)) {
+    if (half_values && direct_values(r) && (n <= 1 || v_.strides().token >= dv_)) {
       w.vraw = v_.vector(j0, kh), w.ldv = n > 1 ? v_.strides().token : dv_;
       w.vj0 = j0, w.vn = n, w.vkh = kh, w.vrows = nullptr;
       return;
@@ -223,7 +223,7 @@ class AttentionSink : public InPlaceSink<C> {
     for (Index k = 0; k < w.nstrips; ++k) cut |= w.strips[k].cut();
     if (w.vraw) {
       if (!cut && whole_pair(w.strips, w.nstrips, m, n)) {
-        if constexpr (is_half_like<TV> && std::is_same<C, float>::value)
+        if constexpr (half_values)
           eigen_gemm::small::ab<C, TV>(G * m, dv_, n, tile, n, w.vraw, w.ldv,
                                        w.o.data() + base * dv_, dv_, C(1));
         return;
@@ -304,15 +304,16 @@ class AttentionSink : public InPlaceSink<C> {
     return r.head_slots() > 1 && v_.strides().elem == 1 && v_.strides().head == dv_ &&
            r.key_heads() > 1 && dv_ > 0 && !direct_values(r);
   }
-  // Decoding (a query tile's G m rows within the small products' kSmallRows) from a
-  // half-precision V: the products read V's rows where they lie and convert them in
-  // registers (detail/small_products.hpp), instead of a float copy of every tile: the cache is
-  // read once, and the conversion overlaps the products. Exact either way (the same floats).
+  // Decoding (a query tile's G m rows within the small products' kSmallRows): the products
+  // read V's rows where they lie, each once, prefetched ahead (detail/small_products.hpp),
+  // instead of staging a copy of every tile; rows of a half-precision V (C = float) are
+  // converted in the products' registers (vraw). The same values either way, so the same result.
   template <class Run>
   bool direct_values(const Run& r) const {
-    return is_half_like<TV> && std::is_same<C, float>::value && v_.strides().elem == 1 &&
-           dv_ > 0 && r.query_plan().max_rows * r.group() <= eigen_gemm::kSmallRows;
+    return (half_values || std::is_same<TV, C>::value) && v_.strides().elem == 1 && dv_ > 0 &&
+           r.query_plan().max_rows * r.group() <= eigen_gemm::kSmallRows;
   }
+  static constexpr bool half_values = is_half_like<TV> && std::is_same<C, float>::value;
 
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
