@@ -22,6 +22,7 @@
 
 #include "derivatives.hpp"
 #include "detail/compiler.hpp"
+#include "detail/parallel.hpp"
 #include "encode.hpp"
 #include "multi_axis.hpp"
 #include "parameters.hpp"
@@ -553,9 +554,13 @@ template <class E, class TX, class TG, class TD, class R>
 void run(const E& enc, Side side, const TensorView<TX>& x, const TensorView<TG>& g,
          const TensorView<TD>& dx, const Positions& pos, const EncodeGradients<R>& grads) {
   if constexpr (is_basis_change<E>::value) {
+    const SerialEigen serial;  // one thread, its Eigen products too (detail/parallel.hpp)
     accumulate(enc, side, x, g, dx, pos, grads);
   } else if (!fused_rotations(enc, side, x, g, dx, pos, grads)) {
-    accumulate(enc, side, x, g, pos, grads);
+    {
+      const SerialEigen serial;
+      accumulate(enc, side, x, g, pos, grads);
+    }
     input_gradient(enc, side, g, dx, pos);
   }
 }

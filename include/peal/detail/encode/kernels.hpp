@@ -51,6 +51,7 @@
 #include "../math/lu_inverse.hpp"
 #include "../math/sincos.hpp"
 #include "../overlap.hpp"
+#include "../parallel.hpp"
 #include "../storage.hpp"
 
 #ifdef _OPENMP
@@ -749,6 +750,7 @@ void run(const E& enc, Mode mode, const TensorView<TS>& src, const TensorView<TD
     return;
   }
 #endif
+  const SerialEigen serial;  // a dense kernel's Eigen products on this thread (parallel.hpp)
   work(0, 0, T);
 }
 

@@ -34,6 +34,7 @@
 #include "../compiler.hpp"
 #include "../eigen_gemm.hpp"
 #include "../half_rows.hpp"
+#include "../parallel.hpp"
 #include "../storage.hpp"
 #include "arena.hpp"
 #include "tile_epilogue.hpp"
@@ -185,6 +186,7 @@ class TileRun {
       return;
     }
 #endif
+    const SerialEigen serial;  // the coders' Eigen products on this thread (parallel.hpp)
     Workspace ws(*this);
     for (Index u = 0; u < plan_.units; ++u) unit(u, ws);
     sink_->finish(*this);
