@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <peal/attention_backward.hpp>
 #include <random>
@@ -88,7 +89,7 @@ struct Problem {
     c.opt.keys_encoded = sh.keys_encoded;
     for (auto* x : {&c.q, &c.k, &c.v, &c.dout})
       for (double& y : *x) y = double(T(y));
-    c.reference();
+    c.template reference<T>();
     return c;
   }
 
@@ -99,6 +100,9 @@ struct Problem {
   }
   bool masked(LD t, LD s) const { return (sh.causal && s > t) || !(t - s < LD(sh.window)); }
 
+  // T: the storage of out as attention_backward receives it; D_i = dO_i · out_i is formed from
+  // that rounded out (the backward's input), the rest from the exact softmax.
+  template <class T>
   void reference() {
     const int G = sh.Hq / sh.Hk, dvn = sh.dv;
     const LD scale = LD(*opt.scale), c = LD(sh.softcap), k2 = heads_kappa2(twin, sh.Hq);
@@ -144,8 +148,12 @@ struct Problem {
           p[std::size_t(j)] = std::exp(x[std::size_t(j)] - l);
           o += p[std::size_t(j)] * row(v, j, kh, sh.Hk, dvn);
         }
-        for (int e = 0; e < dvn; ++e) out[std::size_t((i * sh.Hq + h) * dvn + e)] = double(o(e));
-        const LD D = dov.dot(o);
+        VLD o_in(dvn);
+        for (int e = 0; e < dvn; ++e) {
+          out[std::size_t((i * sh.Hq + h) * dvn + e)] = double(T(double(o(e))));
+          o_in(e) = LD(out[std::size_t((i * sh.Hq + h) * dvn + e)]);
+        }
+        const LD D = dov.dot(o_in);
         if (sh.sinks && z > 0) {
           const LD ps = std::exp(LD(opt.sinks[std::size_t(h)]) - l);
           dsink[std::size_t(h)] -= ps * D, msink[std::size_t(h)] += ps * std::abs(D);
@@ -260,6 +268,30 @@ void check_attention_backward(const Shape& sh, Regime regime, int p, std::uint64
   check_all("key position", gs, c.ds, c.ms, relpos, floor);
   if (sh.alibi) check_all("ALiBi slope", gm, c.dm, c.mm, rel, floor);
   if (sh.sinks) check_all("sink", gsk, c.dsink, c.msink, rel, floor);
+  // dq, dk and dv stored in T (half-precision storage): each is accumulated in C and rounded
+  // once when written, so it is the C value the call above wrote (exact in double) rounded to T.
+  if constexpr (peal::detail::is_half_like<T>) {
+    std::vector<T> hq(dq.size()), hk(dk.size()), hv(dv.size());
+    peal::attention_backward(
+        c.enc, TensorView<const T>(qs.data(), sh.nq, sh.Hq, d), peal::Positions(c.tq),
+        TensorView<const T>(ks.data(), sh.nk, sh.Hk, d), peal::Positions(c.tk),
+        TensorView<const T>(vs.data(), sh.nk, sh.Hk, sh.dv),
+        TensorView<const T>(os.data(), sh.nq, sh.Hq, sh.dv), c.lse,
+        TensorView<const T>(ds.data(), sh.nq, sh.Hq, sh.dv), TensorView<T>(hq.data(), sh.nq, sh.Hq, d),
+        TensorView<T>(hk.data(), sh.nk, sh.Hk, d), TensorView<T>(hv.data(), sh.nk, sh.Hk, sh.dv),
+        c.opt);
+    const auto rounded_once = [](const std::vector<T>& h, const std::vector<double>& x) {
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < h.size(); ++i) {
+        const T r(x[i]);
+        differ += std::memcmp(&h[i], &r, sizeof(T)) != 0;
+      }
+      return differ;
+    };
+    CHECK(rounded_once(hq, dq) == 0);
+    CHECK(rounded_once(hk, dk) == 0);
+    CHECK(rounded_once(hv, dv) == 0);
+  }
   // Any thread count gives the bits of the call above (opt.threads = 0: OpenMP's maximum): the
   // shards of the query tiles depend on the sizes alone (detail/tiled/backward_run.hpp).
   if (!strided)

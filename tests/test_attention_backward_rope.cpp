@@ -1,5 +1,5 @@
 // Tests of include/peal/attention_backward.hpp: RoPE (sinks, softcap, encoded keys, a window),
-// and float storage with float arithmetic (the reference, the tolerance and the check:
+// and float and half-precision storage with float arithmetic (the reference, the tolerance and the check:
 // tests/attention_backward_check.hpp, derived at the top of tests/test_attention_backward.cpp;
 // split from it so that neither TU passes 1.5 GB of compile).
 #include <catch2/catch.hpp>
@@ -29,6 +29,16 @@ TEST_CASE("attention backward: float storage, float arithmetic", "[attention_bac
   const Shape rope{5, 7, 4, 2, 6, 1.7e9, 1.7e9 + 4096, true, kNone, 2.5, true, true, false};
   check_attention_backward<RopePartial, float>(rope, Regime::Random, 0, 14);
   check_attention_backward<RopePartial, float>(rope, Regime::Random, 0, 14, true);  // strided
+}
+
+// q, k, v, out and d_out in Eigen::half (rounded before the reference sees them; its D_i takes
+// out as rounded), float arithmetic: the float tolerance. With dq, dk, dv in Eigen::half too,
+// each is the float result rounded once (check_attention_backward). Every option; 2-3 threads.
+TEST_CASE("attention backward: half-precision storage", "[attention_backward][half]") {
+  const Shape rope{5, 7, 4, 2, 6, 1.7e9, 1.7e9 + 4096, true, kNone, 2.5, true, true, false};
+  check_attention_backward<RopePartial, Eigen::half>(rope, Regime::Random, 0, 41);
+  const Shape sorted{70, 80, 2, 1, 4, 0, 160, true, 40, 0, true, false, false, true};
+  check_attention_backward<RopePartial, Eigen::half>(sorted, Regime::Random, 0, 42);
 }
 
 // The out and lse attention_backward takes are the forward's own: peal::attention on the

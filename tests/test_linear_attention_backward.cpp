@@ -55,8 +55,12 @@ struct LinearCase {
     dout.resize(std::size_t(sh.nq * sh.Hq * dvn));
     for (auto* x : {&pr.q, &pr.k, &v, &dout})
       for (double& y : *x) y = double(T(x == &pr.q || x == &pr.k ? y : u(rng)));
-    qs.assign(pr.q.begin(), pr.q.end()), ks.assign(pr.k.begin(), pr.k.end());
-    vs.assign(v.begin(), v.end()), ds.assign(dout.begin(), dout.end());
+    const auto stored = [](const std::vector<double>& x) {  // exact: x is already rounded to T
+      std::vector<T> y;
+      for (double e : x) y.push_back(T(e));
+      return y;
+    };
+    qs = stored(pr.q), ks = stored(pr.k), vs = stored(v), ds = stored(dout);
     // dS = dO · v on the visible pairs: the scores backward's reference gives dq, dk, θ, t, s, γ.
     for (int h = 0; h < sh.Hq; ++h)
       for (int i = 0; i < sh.nq; ++i)
@@ -316,6 +320,10 @@ TEST_CASE("linear attention backward: the chunkwise O(n) form", "[linear_backwar
   // (every pair through the states), no decays, one query head per key head.
   check_chunkwise<MixedFam, float>({20, 24, 2, 1, -3, 3, true, false, true}, Regime::Random, 2,
                                    false, 46, 4, 5);
+  // bfloat16 storage (q, k, v and d_out rounded to it before the reference sees them), float
+  // arithmetic: the float tolerance, in the three forms.
+  check_chunkwise<MixedFam, Eigen::bfloat16>({20, 24, 2, 1, -3, 3, true, false, true},
+                                             Regime::Random, 2, false, 48, 4, 5);
   check_chunkwise<MixedFam>({9, 7, 2, 2, 0, 50, true, false, false}, Regime::Random, 2, false,
                             47, 3, 1);
 }
