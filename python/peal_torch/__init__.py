@@ -14,8 +14,11 @@ include/peal/linear_attention_backward.hpp and include/peal/encode_backward.hpp
 (docs/gradients.md).
 
 Tensors are token-major, as peal's: [tokens, heads, dim], or [batch, tokens, heads, dim]
-with positions [tokens] (shared) or [batch, tokens]. float32 or float64 on the CPU. The
-kernels compute in the storage type (float32 in float32, as the forward does); positions,
+with positions [tokens] (shared) or [batch, tokens]. float32, float64, float16 or bfloat16 on
+the CPU. The kernels compute in float32 for float32, float16 and bfloat16 (as peal's kernels do
+for those storages: include/peal/detail/storage.hpp) and in float64 for float64; a float16 or
+bfloat16 call runs the float32 kernels on float32 copies of its rows (made per call and freed
+after it) and rounds each result and gradient of q, k, v once to the tensor's dtype. Positions,
 frequencies, dampings, slopes, sinks and their gradients are float64 inside.
 """
 
@@ -32,12 +35,26 @@ __all__ = ["attention", "linear_attention", "encode"]
 _LAYOUTS = ("half_split", "interleaved")
 
 
+# The kernels' storage for each tensor dtype: float16 and bfloat16 rows go to the float32
+# kernels as float32 copies. Their arithmetic is float32 either way (peal's half-storage kernels
+# convert each stored value to float exactly and round each result once: the half-storage cases
+# of tests/test_attention_backward_rope.cpp and tests/test_linear_attention_backward.cpp), and
+# one set of kernels per storage keeps the module's compile at two (docs/gradients.md §5).
+_KERNEL_DTYPES = {torch.float32: torch.float32, torch.float64: torch.float64,
+                  torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _kernel_dtype(x):
+    """The dtype the kernels store x's rows in."""
+    try:
+        return _KERNEL_DTYPES[x.dtype]
+    except KeyError:
+        raise ValueError("peal_torch: tensors must be float32, float64, float16 or bfloat16, "
+                         f"got {x.dtype}") from None
+
+
 def _dtype_name(x):
-    if x.dtype == torch.float32:
-        return "float32"
-    if x.dtype == torch.float64:
-        return "float64"
-    raise ValueError(f"peal_torch: tensors must be float32 or float64, got {x.dtype}")
+    return "float64" if _kernel_dtype(x) == torch.float64 else "float32"
 
 
 def _np(x, dtype):
@@ -98,32 +115,25 @@ def _attention_inputs(q, k, v, tq, tk):
     return qb, kb, vb, _positions(tq, B, qb.shape[1], "tq"), _positions(tk, B, kb.shape[1], "tk"), batched
 
 
-def _batch_results(fn, B, count, args):
-    """fn(*args(b)) for b < B, each returning count arrays or None: per position, the tensors."""
-    parts = [[] for _ in range(count)]
-    for b in range(B):
-        for i, g in enumerate(fn(*args(b))):
-            if g is not None:
-                parts[i].append(torch.from_numpy(g))
-    return parts
+def _tensor(a):
+    return None if a is None else torch.from_numpy(a)
 
 
-def _stacked(part, batched):
-    g = torch.stack(part)
-    return g if batched else g[0]
+def _unbatched(x, batched):
+    return x if batched else x[0]
 
 
-def _common_gradients(parts, w, need, batched, tq, tk, omega, a):
-    """dq, dk, dv, d_tq, d_tk, d_omega, d_a from the first six results of a backward (q, k, v,
-    the parameters [omega then a], tq, tk); need[5], need[6]: omega's and a's."""
-    dq = _stacked(parts[0], batched) if w.q else None
-    dk = _stacked(parts[1], batched) if w.k else None
-    dv = _stacked(parts[2], batched) if w.v else None
-    dtq = _reduce_positions(torch.stack(parts[4]), tq) if w.tq else None
-    dtk = _reduce_positions(torch.stack(parts[5]), tk) if w.tk else None
+def _common_gradients(res, w, need, batched, dtype, tq, tk, omega, a):
+    """dq, dk, dv (in dtype, q's), d_tq, d_tk, d_omega, d_a from the first six results of a
+    backward over the batch (q, k, v [B, ...], the parameters [omega then a] summed over it,
+    tq, tk [B, n]); need[5], need[6]: omega's and a's."""
+    dq, dk, dv = (_unbatched(_tensor(res[i]).to(dtype), batched) if wanted else None
+                  for i, wanted in enumerate((w.q, w.k, w.v)))
+    dtq = _reduce_positions(_tensor(res[4]), tq) if w.tq else None
+    dtk = _reduce_positions(_tensor(res[5]), tk) if w.tk else None
     d_omega = d_a = None
     if w.parameters:
-        g = torch.stack(parts[3]).sum(0)
+        g = _tensor(res[3])
         n = omega.shape[0]
         d_omega = g[:n].to(omega.dtype) if need[5] else None
         d_a = g[n:].to(a.dtype) if need[6] else None
@@ -158,23 +168,21 @@ class _Attention(torch.autograd.Function):
         name = _dtype_name(q)
         if not q.dtype == k.dtype == v.dtype:
             raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        kd = _kernel_dtype(q)
         qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
         om, an = _parameter_arrays(omega, a)
         opt = _options(cfg, slopes, sinks)
-        fwd = getattr(_ext, "attention_forward_" + name)
-        outs, lses = [], []
-        for b in range(qb.shape[0]):
-            out, lse = fwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
-                           _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an,
-                           cfg.interleaved, opt)
-            outs.append(torch.from_numpy(out))
-            lses.append(torch.from_numpy(lse))
-        out = torch.stack(outs)
-        lse = torch.stack(lses)
+        out, lse = getattr(_ext, "attention_forward_" + name)(
+            _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
+            om, an, cfg.interleaved, opt)
+        out, lse = torch.from_numpy(out), torch.from_numpy(lse)
         ctx.save_for_backward(q, k, v, tq, tk, omega, a, slopes, sinks)
-        ctx.forward_results = (out, lse)  # batched; the backward reads them, nothing writes them
+        # Batched, in the kernels' dtype (a float16 or bfloat16 call keeps its float32 out: the
+        # backward's D_i = dO_i . out_i without the output's rounding); read, never written.
+        ctx.forward_results = (out, lse)
         ctx.cfg = cfg
         ctx.batched = batched
+        out = out.to(q.dtype)
         if not batched:
             out, lse = out[0], lse[0]
         ctx.mark_non_differentiable(lse)
@@ -186,6 +194,7 @@ class _Attention(torch.autograd.Function):
         out, lse = ctx.forward_results
         cfg = ctx.cfg
         name = _dtype_name(q)
+        kd = _kernel_dtype(q)
         need = ctx.needs_input_grad
         qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
         dob = d_out if ctx.batched else d_out.unsqueeze(0)
@@ -196,16 +205,13 @@ class _Attention(torch.autograd.Function):
         w.tq, w.tk = need[3], need[4]
         w.parameters = need[5] or need[6]
         w.slopes, w.sinks = need[7], need[8]
-        parts = _batch_results(
-            getattr(_ext, "attention_backward_" + name), qb.shape[0], 8,
-            lambda b: (_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
-                       _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
-                       _np(out[b], q.dtype), _np(lse[b], torch.float64), _np(dob[b], q.dtype), w))
-
-        dq, dk, dv, dtq, dtk, d_omega, d_a = _common_gradients(parts, w, need, ctx.batched, tq, tk,
-                                                               omega, a)
-        d_slopes = torch.stack(parts[6]).sum(0).to(slopes.dtype) if w.slopes else None
-        d_sinks = torch.stack(parts[7]).sum(0).to(sinks.dtype) if w.sinks else None
+        res = getattr(_ext, "attention_backward_" + name)(
+            _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
+            om, an, cfg.interleaved, opt, _np(out, kd), _np(lse, torch.float64), _np(dob, kd), w)
+        dq, dk, dv, dtq, dtk, d_omega, d_a = _common_gradients(res, w, need, ctx.batched, q.dtype,
+                                                               tq, tk, omega, a)
+        d_slopes = _tensor(res[6]).to(slopes.dtype) if w.slopes else None
+        d_sinks = _tensor(res[7]).to(sinks.dtype) if w.sinks else None
         return dq, dk, dv, dtq, dtk, d_omega, d_a, d_slopes, d_sinks, None
 
 
@@ -236,14 +242,13 @@ class _LinearAttention(torch.autograd.Function):
         name = _dtype_name(q)
         if not q.dtype == k.dtype == v.dtype:
             raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        kd = _kernel_dtype(q)
         qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
         om, an = _parameter_arrays(omega, a)
         opt = _linear_options(cfg, decay)
-        fwd = getattr(_ext, "linear_forward_" + name)
-        out = torch.stack([torch.from_numpy(fwd(_np(qb[b], q.dtype), _np(ptq[b], torch.float64),
-                                                _np(kb[b], q.dtype), _np(ptk[b], torch.float64),
-                                                _np(vb[b], q.dtype), om, an, cfg.interleaved, opt))
-                           for b in range(qb.shape[0])])
+        out = torch.from_numpy(getattr(_ext, "linear_forward_" + name)(
+            _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
+            om, an, cfg.interleaved, opt)).to(q.dtype)
         ctx.save_for_backward(q, k, v, tq, tk, omega, a, decay)
         ctx.cfg = cfg
         ctx.batched = batched
@@ -254,6 +259,7 @@ class _LinearAttention(torch.autograd.Function):
         q, k, v, tq, tk, omega, a, decay = ctx.saved_tensors
         cfg = ctx.cfg
         name = _dtype_name(q)
+        kd = _kernel_dtype(q)
         need = ctx.needs_input_grad
         qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
         dob = d_out if ctx.batched else d_out.unsqueeze(0)
@@ -264,14 +270,12 @@ class _LinearAttention(torch.autograd.Function):
         w.tq, w.tk = need[3], need[4]
         w.parameters = need[5] or need[6]
         w.decay = need[7]
-        parts = _batch_results(
-            getattr(_ext, "linear_backward_" + name), qb.shape[0], 7,
-            lambda b: (_np(qb[b], q.dtype), _np(ptq[b], torch.float64), _np(kb[b], q.dtype),
-                       _np(ptk[b], torch.float64), _np(vb[b], q.dtype), om, an, cfg.interleaved, opt,
-                       _np(dob[b], q.dtype), w))
-        dq, dk, dv, dtq, dtk, d_omega, d_a = _common_gradients(parts, w, need, ctx.batched, tq, tk,
-                                                               omega, a)
-        d_decay = torch.stack(parts[6]).sum(0).to(decay.dtype) if w.decay else None
+        res = getattr(_ext, "linear_backward_" + name)(
+            _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
+            om, an, cfg.interleaved, opt, _np(dob, kd), w)
+        dq, dk, dv, dtq, dtk, d_omega, d_a = _common_gradients(res, w, need, ctx.batched, q.dtype,
+                                                               tq, tk, omega, a)
+        d_decay = _tensor(res[6]).to(decay.dtype) if w.decay else None
         return dq, dk, dv, dtq, dtk, d_omega, d_a, d_decay, None
 
 
@@ -279,16 +283,15 @@ class _Encode(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, t, omega, a, interleaved, query):
         name = _dtype_name(x)
+        kd = _kernel_dtype(x)
         xb, batched = _batched(x, "x")
-        B = xb.shape[0]
-        pt = _positions(t, B, xb.shape[1], "t")
+        pt = _positions(t, xb.shape[0], xb.shape[1], "t")
         om, an = _parameter_arrays(omega, a)
-        fwd = getattr(_ext, "encode_forward_" + name)
-        y = torch.stack([torch.from_numpy(fwd(_np(xb[b], x.dtype), _np(pt[b], torch.float64), om, an,
-                                              interleaved, query)) for b in range(B)])
+        y = torch.from_numpy(getattr(_ext, "encode_forward_" + name)(
+            _np(xb, kd), _np(pt, torch.float64), om, an, interleaved, query)).to(x.dtype)
         ctx.save_for_backward(x, t, omega, a)
         ctx.settings = (interleaved, query, batched)
-        return y if batched else y[0]
+        return _unbatched(y, batched)
 
     @staticmethod
     def backward(ctx, dy):
@@ -296,31 +299,20 @@ class _Encode(torch.autograd.Function):
         interleaved, query, batched = ctx.settings
         need = ctx.needs_input_grad
         name = _dtype_name(x)
+        kd = _kernel_dtype(x)
         xb, _ = _batched(x, "x")
         dyb = dy if batched else dy.unsqueeze(0)
-        B = xb.shape[0]
-        pt = _positions(t, B, xb.shape[1], "t")
+        pt = _positions(t, xb.shape[0], xb.shape[1], "t")
         om, an = _parameter_arrays(omega, a)
-        bwd = getattr(_ext, "encode_backward_" + name)
         want_par = need[2] or need[3]
-        dxs, gpar, gts = [], [], []
-        for b in range(B):
-            dx, gp, gt = bwd(_np(xb[b], x.dtype), _np(pt[b], torch.float64), om, an, interleaved, query,
-                             _np(dyb[b], x.dtype), need[0], want_par, need[1])
-            if dx is not None:
-                dxs.append(torch.from_numpy(dx))
-            if gp is not None:
-                gpar.append(torch.from_numpy(gp))
-            if gt is not None:
-                gts.append(torch.from_numpy(gt))
-        dx = None
-        if need[0]:
-            dx = torch.stack(dxs)
-            dx = dx if batched else dx[0]
-        dt = _reduce_positions(torch.stack(gts), t) if need[1] else None
+        dx, gp, gt = getattr(_ext, "encode_backward_" + name)(
+            _np(xb, kd), _np(pt, torch.float64), om, an, interleaved, query, _np(dyb, kd), need[0],
+            want_par, need[1])
+        dx = _unbatched(_tensor(dx).to(x.dtype), batched) if need[0] else None
+        dt = _reduce_positions(_tensor(gt), t) if need[1] else None
         d_omega = d_a = None
         if want_par:
-            g = torch.stack(gpar).sum(0)
+            g = _tensor(gp)
             n = omega.shape[0]
             d_omega = g[:n].to(omega.dtype) if need[2] else None
             d_a = g[n:].to(a.dtype) if need[3] else None
@@ -344,8 +336,10 @@ def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", c
     2 * len(inv_freq) coordinates of each head. Options as peal::AttentionOptions
     (include/peal/attention.hpp): causal (mask s_j > t_i), window (mask t_i - s_j >= window),
     alibi_slopes [Hq] (adds -m_h (t_i - s_j)), softcap c (c tanh(x / c)), sinks [Hq] (e^{sigma_h}
-    joins each row's denominator), scale (default 1/sqrt(d)). Every tensor argument may
-    require grad. Returns out [nq, Hq, dv] (and lse [nq, Hq], natural log, with return_lse).
+    joins each row's denominator), scale (default 1/sqrt(d)). threads (0: OpenMP's maximum):
+    a batch of at least that many elements runs them side by side, one thread each, else each
+    element's kernels take the threads; the results do not depend on it. Every tensor argument
+    may require grad. Returns out [nq, Hq, dv] (and lse [nq, Hq], natural log, with return_lse).
     """
     interleaved = _layout(layout)
     inv_freq, damping = _parameters(inv_freq, damping)
@@ -367,7 +361,7 @@ def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_sp
     form ("automatic", "parallel", "chunkwise", "recurrent") and chunk choose how the forward
     and the backward run (the same function): the backward is O(n) for "chunkwise" and
     "recurrent" (and "automatic" past 256 keys), quadratic in bounded memory for "parallel"
-    (docs/gradients.md §4).
+    (docs/gradients.md §4). threads as in attention().
 
     normalization="retnet": RetNet's normalisations as microsoft/torchscale applies them in
     the form given (docs/linear-attention.md §5): each row's weights divided by

@@ -8,9 +8,11 @@
 //     PassThrough> that peal::RopeEncoding is (include/peal/presets/rope.hpp),
 //
 // over NumPy arrays that share memory with the torch tensors (inputs c-contiguous, converted
-// when they are not; outputs allocated here). peal's checks run first: bad input raises
-// ValueError (peal::invalid_argument) before anything is written. The GIL is released while
-// the kernels run.
+// when they are not; outputs allocated here), a whole batch [batch, tokens, heads, dim] per
+// call (over_batch: its elements side by side on the threads). Bad input raises ValueError
+// (peal::invalid_argument): each element's kernel checks its inputs before it writes, and the
+// outputs are new arrays, dropped when any element throws. The GIL is released while the
+// kernels run.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -18,8 +20,12 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <peal/attention.hpp>
 #include <peal/attention_backward.hpp>
+#include <peal/detail/parallel.hpp>
 #include <peal/encode.hpp>
 #include <peal/encode_backward.hpp>
 #include <peal/linear_attention.hpp>
@@ -42,26 +48,85 @@ using peal::TensorView;
 
 [[noreturn]] void fail(const std::string& what) { throw peal::invalid_argument("peal_torch: " + what); }
 
-// A tensor of shape [tokens, heads, dim].
+// A batch of tensors [batch, tokens, heads, dim] (c-contiguous): element b as a view.
 template <class T>
-TensorView<const T> rows(const In<T>& a, const char* name) {
-  if (a.ndim() != 3) fail(std::string(name) + " must be [tokens, heads, dim]");
-  return TensorView<const T>(a.data(), Index(a.shape(0)), Index(a.shape(1)), Index(a.shape(2)));
+struct Batch {
+  T* data;
+  Index batch, tokens, heads, dim;
+  TensorView<T> operator[](Index b) const {
+    return TensorView<T>(data + b * tokens * heads * dim, tokens, heads, dim);
+  }
+};
+
+template <class T>
+Batch<const T> batch(const In<T>& a, const char* name) {
+  if (a.ndim() != 4) fail(std::string(name) + " must be [batch, tokens, heads, dim]");
+  return {a.data(), Index(a.shape(0)), Index(a.shape(1)), Index(a.shape(2)), Index(a.shape(3))};
+}
+
+// A new [batch, tokens, heads, dim] array (tokens = 0: not wanted).
+template <class T>
+py::array_t<T> empty_batch(Index b, Index tokens, Index heads, Index dim) {
+  return py::array_t<T>({py::ssize_t(b), py::ssize_t(tokens), py::ssize_t(heads), py::ssize_t(dim)});
 }
 
 template <class T>
-py::array_t<T> empty_rows(Index tokens, Index heads, Index dim) {
-  return py::array_t<T>({py::ssize_t(tokens), py::ssize_t(heads), py::ssize_t(dim)});
+Batch<T> batch(py::array_t<T>& a) {
+  return {a.mutable_data(), Index(a.shape(0)), Index(a.shape(1)), Index(a.shape(2)),
+          Index(a.shape(3))};
 }
 
-template <class T>
-TensorView<T> rows(py::array_t<T>& a) {
-  return TensorView<T>(a.mutable_data(), Index(a.shape(0)), Index(a.shape(1)), Index(a.shape(2)));
+// Positions [batch, tokens] (float64).
+struct BatchPositions {
+  const double* data;
+  Index batch, tokens;
+  Positions operator[](Index b) const { return Positions(data + b * tokens, tokens); }
+};
+
+BatchPositions positions(const In<double>& t, const char* name, Index b, Index tokens) {
+  if (t.ndim() != 2 || t.shape(0) != b || t.shape(1) != tokens)
+    fail(std::string(name) + " must be [" + std::to_string(b) + ", " + std::to_string(tokens) + "]");
+  return {t.data(), b, tokens};
 }
 
-Positions positions(const In<double>& t, const char* name) {
-  if (t.ndim() != 1) fail(std::string(name) + " must be 1-D");
-  return Positions(t.data(), Index(t.shape(0)));
+void same_batch(Index a, Index b, Index c) {
+  if (a != b || a != c) fail("q, k and v must have the same batch size");
+}
+
+// fn(b, threads) for every batch element b: the elements side by side, one thread each, when
+// there are at least as many as threads (the kernels thread within one element over query
+// tiles or key heads, which a short sequence has few of: issue 22's training shapes), else one
+// after another, each with every thread. The kernels' results do not depend on their thread
+// count, so neither do these. The first exception thrown is rethrown after the loop.
+template <class Fn>
+void over_batch(Index b, int threads, Fn&& fn) {
+  if (threads < 0) fail("threads must be >= 0 (0: OpenMP's maximum)");
+#ifdef _OPENMP
+  const int t = threads > 0 ? threads : omp_get_max_threads();
+#else
+  const int t = 1;
+#endif
+  if (b >= t && t > 1)
+    peal::detail::parallel_each(b, t, [&](std::ptrdiff_t x) { fn(Index(x), 1); });
+  else
+    for (Index x = 0; x < b; ++x) fn(x, t);
+}
+
+// A [batch, n] array of the batch's per-element gradients.
+py::array_t<double> array2(const std::vector<std::vector<double>>& v, Index n) {
+  py::array_t<double> a({py::ssize_t(v.size()), py::ssize_t(n)});
+  double* p = a.mutable_data();
+  for (const auto& x : v) p = std::copy(x.begin(), x.end(), p);
+  return a;
+}
+
+// The sum over the batch of n-entry gradients, in the order of its elements (the same bits for
+// any thread count; n zeros for an empty batch).
+std::vector<double> summed(const std::vector<std::vector<double>>& v, std::size_t n) {
+  std::vector<double> s(n, 0.0);
+  for (const auto& x : v)
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] += x[i];
+  return s;
 }
 
 std::vector<double> vec(const std::optional<In<double>>& a, const char* name) {
@@ -112,21 +177,29 @@ struct Options {
   }
 };
 
-// out [nq, Hq, dv] and lse [nq, Hq] (float64).
+// out [B, nq, Hq, dv] and lse [B, nq, Hq] (float64).
 template <class T>
 py::tuple attention_forward(const In<T>& q, const In<double>& tq, const In<T>& k,
                             const In<double>& tk, const In<T>& v, const In<double>& omega,
                             const In<double>& a, bool interleaved, const Options& o) {
-  const auto qv = rows(q, "q"), kv = rows(k, "k"), vv = rows(v, "v");
-  const Encoding enc = encoding(omega, a, qv.dim(), interleaved);
-  peal::AttentionOptions opt = o.attention();
-  auto out = empty_rows<T>(qv.tokens(), qv.heads(), vv.dim());
-  py::array_t<double> lse({py::ssize_t(qv.tokens()), py::ssize_t(qv.heads())});
-  opt.lse = lse.mutable_data();
-  const Positions pq = positions(tq, "tq"), pk = positions(tk, "tk");
+  const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v");
+  same_batch(qb.batch, kb.batch, vb.batch);
+  const Encoding enc = encoding(omega, a, qb.dim, interleaved);
+  const peal::AttentionOptions opt = o.attention();
+  const Index B = qb.batch;
+  auto out = empty_batch<T>(B, qb.tokens, qb.heads, vb.dim);
+  py::array_t<double> lse({py::ssize_t(B), py::ssize_t(qb.tokens), py::ssize_t(qb.heads)});
+  const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
+  const auto ob = batch(out);
+  double* lse_p = lse.mutable_data();
   {
     py::gil_scoped_release unlocked;
-    peal::attention(enc, qv, pq, kv, pk, vv, rows(out), opt);
+    over_batch(B, opt.threads, [&](Index b, int threads) {
+      peal::AttentionOptions ob_opt = opt;
+      ob_opt.threads = threads;
+      ob_opt.lse = lse_p + b * qb.tokens * qb.heads;
+      peal::attention(enc, qb[b], pq[b], kb[b], pk[b], vb[b], ob[b], ob_opt);
+    });
   }
   return py::make_tuple(out, lse);
 }
@@ -137,40 +210,58 @@ struct Wants {
        sinks = false, decay = false;
 };
 
-// (dq, dk, dv, d_parameters [ω then a], d_tq, d_tk, d_slopes, d_sinks); None where not wanted.
+// (dq, dk, dv [B, n, H, ·], d_parameters [ω then a] summed over the batch, d_tq [B, nq],
+// d_tk [B, nk], d_slopes, d_sinks summed); None where not wanted.
 template <class T>
 py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
                              const In<double>& tk, const In<T>& v, const In<double>& omega,
                              const In<double>& a, bool interleaved, const Options& o,
                              const In<T>& out, const In<double>& lse, const In<T>& d_out,
                              const Wants& w) {
-  const auto qv = rows(q, "q"), kv = rows(k, "k"), vv = rows(v, "v");
-  const Encoding enc = encoding(omega, a, qv.dim(), interleaved);
+  const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v");
+  const auto outb = batch(out, "out"), dob = batch(d_out, "d_out");
+  same_batch(qb.batch, kb.batch, vb.batch);
+  const Index B = qb.batch;
+  if (outb.batch != B || dob.batch != B) fail("out and d_out must have q's batch size");
+  const Encoding enc = encoding(omega, a, qb.dim, interleaved);
   const peal::AttentionOptions opt = o.attention();
-  if (lse.ndim() != 2) fail("lse must be [tokens, heads]");
-  const std::vector<double> lse_v(lse.data(), lse.data() + lse.size());
-  const Positions pq = positions(tq, "tq"), pk = positions(tk, "tk");
-  py::array_t<T> dq = empty_rows<T>(w.q ? qv.tokens() : 0, qv.heads(), qv.dim());
-  py::array_t<T> dk = empty_rows<T>(w.k ? kv.tokens() : 0, kv.heads(), kv.dim());
-  py::array_t<T> dv = empty_rows<T>(w.v ? vv.tokens() : 0, vv.heads(), vv.dim());
-  std::vector<double> g_par(std::size_t(peal::parameter_count(enc))), g_tq(std::size_t(qv.tokens())),
-      g_tk(std::size_t(kv.tokens())), g_slopes(opt.alibi_slopes.size()), g_sinks(opt.sinks.size());
-  peal::AttentionGradients<double> grads{w.parameters ? &g_par : nullptr, w.tq ? &g_tq : nullptr,
-                                         w.tk ? &g_tk : nullptr,
-                                         w.slopes && !g_slopes.empty() ? &g_slopes : nullptr,
-                                         w.sinks && !g_sinks.empty() ? &g_sinks : nullptr};
-  auto want = [](bool wanted, py::array_t<T>& g) { return wanted ? rows(g) : TensorView<T>(); };
+  if (lse.ndim() != 3 || lse.shape(0) != B) fail("lse must be [batch, tokens, heads]");
+  const Index lse_n = Index(lse.shape(1) * lse.shape(2));
+  const double* lse_p = lse.data();
+  const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
+  auto dq = empty_batch<T>(B, w.q ? qb.tokens : 0, qb.heads, qb.dim);
+  auto dk = empty_batch<T>(B, w.k ? kb.tokens : 0, kb.heads, kb.dim);
+  auto dv = empty_batch<T>(B, w.v ? vb.tokens : 0, vb.heads, vb.dim);
+  const auto dqb = batch(dq), dkb = batch(dk), dvb = batch(dv);
+  using Vs = std::vector<std::vector<double>>;
+  Vs g_par(std::size_t(B), std::vector<double>(std::size_t(peal::parameter_count(enc)))),
+      g_tq(std::size_t(B), std::vector<double>(std::size_t(qb.tokens))),
+      g_tk(std::size_t(B), std::vector<double>(std::size_t(kb.tokens))),
+      g_slopes(std::size_t(B), std::vector<double>(opt.alibi_slopes.size())),
+      g_sinks(std::size_t(B), std::vector<double>(opt.sinks.size()));
+  const bool slopes = w.slopes && !opt.alibi_slopes.empty(), sinks = w.sinks && !opt.sinks.empty();
   {
     py::gil_scoped_release unlocked;
-    peal::attention_backward(enc, qv, pq, kv, pk, vv, rows(out, "out"), lse_v,
-                             rows(d_out, "d_out"), want(w.q, dq), want(w.k, dk), want(w.v, dv),
-                             opt, grads);
+    over_batch(B, opt.threads, [&](Index b, int threads) {
+      peal::AttentionOptions bo = opt;
+      bo.threads = threads;
+      const std::size_t x = std::size_t(b);
+      const std::vector<double> lse_b(lse_p + b * lse_n, lse_p + (b + 1) * lse_n);
+      const peal::AttentionGradients<double> grads{
+          w.parameters ? &g_par[x] : nullptr, w.tq ? &g_tq[x] : nullptr,
+          w.tk ? &g_tk[x] : nullptr, slopes ? &g_slopes[x] : nullptr, sinks ? &g_sinks[x] : nullptr};
+      peal::attention_backward(enc, qb[b], pq[b], kb[b], pk[b], vb[b], outb[b], lse_b, dob[b],
+                               w.q ? dqb[b] : TensorView<T>(), w.k ? dkb[b] : TensorView<T>(),
+                               w.v ? dvb[b] : TensorView<T>(), bo, grads);
+    });
   }
   auto maybe = [](bool wanted, py::object x) { return wanted ? x : py::object(py::none()); };
+  const std::size_t np = std::size_t(peal::parameter_count(enc));
   return py::make_tuple(maybe(w.q, dq), maybe(w.k, dk), maybe(w.v, dv),
-                        maybe(w.parameters, array(g_par)), maybe(w.tq, array(g_tq)),
-                        maybe(w.tk, array(g_tk)), maybe(grads.alibi_slopes, array(g_slopes)),
-                        maybe(grads.sinks, array(g_sinks)));
+                        maybe(w.parameters, array(summed(g_par, np))),
+                        maybe(w.tq, array2(g_tq, qb.tokens)), maybe(w.tk, array2(g_tk, kb.tokens)),
+                        maybe(slopes, array(summed(g_slopes, opt.alibi_slopes.size()))),
+                        maybe(sinks, array(summed(g_sinks, opt.sinks.size()))));
 }
 
 struct LinearOptions {
@@ -204,94 +295,129 @@ struct LinearOptions {
   }
 };
 
-// Linear attention (normalization none or RetNet's, docs/linear-attention.md §5): out [nq, Hq, dv].
+// Linear attention (normalization none or RetNet's, docs/linear-attention.md §5): out
+// [B, nq, Hq, dv].
 template <class T>
 py::array_t<T> linear_forward(const In<T>& q, const In<double>& tq, const In<T>& k,
                               const In<double>& tk, const In<T>& v, const In<double>& omega,
                               const In<double>& a, bool interleaved, const LinearOptions& o) {
-  const auto qv = rows(q, "q"), kv = rows(k, "k"), vv = rows(v, "v");
-  const Encoding enc = encoding(omega, a, qv.dim(), interleaved);
+  const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v");
+  same_batch(qb.batch, kb.batch, vb.batch);
+  const Index B = qb.batch;
+  const Encoding enc = encoding(omega, a, qb.dim, interleaved);
   const peal::LinearAttentionOptions opt = o.linear();
-  auto out = empty_rows<T>(qv.tokens(), qv.heads(), vv.dim());
-  const Positions pq = positions(tq, "tq"), pk = positions(tk, "tk");
+  auto out = empty_batch<T>(B, qb.tokens, qb.heads, vb.dim);
+  const auto ob = batch(out);
+  const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
   {
     py::gil_scoped_release unlocked;
-    peal::linear_attention(enc, qv, pq, kv, pk, vv, rows(out), opt);
+    over_batch(B, opt.threads, [&](Index b, int threads) {
+      peal::LinearAttentionOptions bo = opt;
+      bo.threads = threads;
+      peal::linear_attention(enc, qb[b], pq[b], kb[b], pk[b], vb[b], ob[b], bo);
+    });
   }
   return out;
 }
 
-// (dq, dk, dv, d_parameters [ω then a], d_tq, d_tk, d_decay); None where not wanted.
+// (dq, dk, dv, d_parameters [ω then a] summed, d_tq, d_tk, d_decay summed); None where not
+// wanted.
 template <class T>
 py::tuple linear_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
                           const In<double>& tk, const In<T>& v, const In<double>& omega,
                           const In<double>& a, bool interleaved, const LinearOptions& o,
                           const In<T>& d_out, const Wants& w) {
-  const auto qv = rows(q, "q"), kv = rows(k, "k"), vv = rows(v, "v");
-  const Encoding enc = encoding(omega, a, qv.dim(), interleaved);
+  const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v"), dob = batch(d_out, "d_out");
+  same_batch(qb.batch, kb.batch, vb.batch);
+  const Index B = qb.batch;
+  if (dob.batch != B) fail("d_out must have q's batch size");
+  const Encoding enc = encoding(omega, a, qb.dim, interleaved);
   const peal::LinearAttentionOptions opt = o.linear();
-  const Positions pq = positions(tq, "tq"), pk = positions(tk, "tk");
-  py::array_t<T> dq = empty_rows<T>(w.q ? qv.tokens() : 0, qv.heads(), qv.dim());
-  py::array_t<T> dk = empty_rows<T>(w.k ? kv.tokens() : 0, kv.heads(), kv.dim());
-  py::array_t<T> dv = empty_rows<T>(w.v ? vv.tokens() : 0, vv.heads(), vv.dim());
-  std::vector<double> g_par(std::size_t(peal::parameter_count(enc))), g_tq(std::size_t(qv.tokens())),
-      g_tk(std::size_t(kv.tokens())), g_decay(opt.decay.size());
-  peal::LinearAttentionGradients<double> grads{
-      w.parameters ? &g_par : nullptr, w.tq ? &g_tq : nullptr, w.tk ? &g_tk : nullptr,
-      w.decay && !g_decay.empty() ? &g_decay : nullptr};
-  auto want = [](bool wanted, py::array_t<T>& g) { return wanted ? rows(g) : TensorView<T>(); };
+  const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
+  auto dq = empty_batch<T>(B, w.q ? qb.tokens : 0, qb.heads, qb.dim);
+  auto dk = empty_batch<T>(B, w.k ? kb.tokens : 0, kb.heads, kb.dim);
+  auto dv = empty_batch<T>(B, w.v ? vb.tokens : 0, vb.heads, vb.dim);
+  const auto dqb = batch(dq), dkb = batch(dk), dvb = batch(dv);
+  using Vs = std::vector<std::vector<double>>;
+  Vs g_par(std::size_t(B), std::vector<double>(std::size_t(peal::parameter_count(enc)))),
+      g_tq(std::size_t(B), std::vector<double>(std::size_t(qb.tokens))),
+      g_tk(std::size_t(B), std::vector<double>(std::size_t(kb.tokens))),
+      g_decay(std::size_t(B), std::vector<double>(opt.decay.size()));
+  const bool decay = w.decay && !opt.decay.empty();
   {
     py::gil_scoped_release unlocked;
-    peal::linear_attention_backward(enc, qv, pq, kv, pk, vv, rows(d_out, "d_out"), want(w.q, dq),
-                                    want(w.k, dk), want(w.v, dv), opt, grads);
+    over_batch(B, opt.threads, [&](Index b, int threads) {
+      peal::LinearAttentionOptions bo = opt;
+      bo.threads = threads;
+      const std::size_t x = std::size_t(b);
+      const peal::LinearAttentionGradients<double> grads{
+          w.parameters ? &g_par[x] : nullptr, w.tq ? &g_tq[x] : nullptr,
+          w.tk ? &g_tk[x] : nullptr, decay ? &g_decay[x] : nullptr};
+      peal::linear_attention_backward(enc, qb[b], pq[b], kb[b], pk[b], vb[b], dob[b],
+                                      w.q ? dqb[b] : TensorView<T>(),
+                                      w.k ? dkb[b] : TensorView<T>(),
+                                      w.v ? dvb[b] : TensorView<T>(), bo, grads);
+    });
   }
   auto maybe = [](bool wanted, py::object x) { return wanted ? x : py::object(py::none()); };
+  const std::size_t np = std::size_t(peal::parameter_count(enc));
   return py::make_tuple(maybe(w.q, dq), maybe(w.k, dk), maybe(w.v, dv),
-                        maybe(w.parameters, array(g_par)), maybe(w.tq, array(g_tq)),
-                        maybe(w.tk, array(g_tk)), maybe(grads.decay, array(g_decay)));
+                        maybe(w.parameters, array(summed(g_par, np))),
+                        maybe(w.tq, array2(g_tq, qb.tokens)), maybe(w.tk, array2(g_tk, kb.tokens)),
+                        maybe(decay, array(summed(g_decay, opt.decay.size()))));
 }
 
-// F(t) x (query) or G(t) x (key), out of place.
+// F(t) x (query) or G(t) x (key), out of place: [B, n, H, d]. Encode is memory-bound: the
+// batch runs on one thread, as before.
 template <class T>
 py::array_t<T> encode_forward(const In<T>& x, const In<double>& t, const In<double>& omega,
                               const In<double>& a, bool interleaved, bool query) {
-  const auto xv = rows(x, "x");
-  const Encoding enc = encoding(omega, a, xv.dim(), interleaved);
-  auto y = empty_rows<T>(xv.tokens(), xv.heads(), xv.dim());
-  const Positions p = positions(t, "t");
+  const auto xb = batch(x, "x");
+  const Encoding enc = encoding(omega, a, xb.dim, interleaved);
+  auto y = empty_batch<T>(xb.batch, xb.tokens, xb.heads, xb.dim);
+  const auto yb = batch(y);
+  const auto p = positions(t, "t", xb.batch, xb.tokens);
   {
     py::gil_scoped_release unlocked;
-    if (query)
-      peal::encode_queries(enc, xv, rows(y), p);
-    else
-      peal::encode_keys(enc, xv, rows(y), p);
+    for (Index b = 0; b < xb.batch; ++b) {
+      if (query)
+        peal::encode_queries(enc, xb[b], yb[b], p[b]);
+      else
+        peal::encode_keys(enc, xb[b], yb[b], p[b]);
+    }
   }
   return y;
 }
 
-// (dx, d_parameters [ω then a], d_t); None where not wanted.
+// (dx, d_parameters [ω then a] summed, d_t [B, n]); None where not wanted.
 template <class T>
 py::tuple encode_backward(const In<T>& x, const In<double>& t, const In<double>& omega,
                           const In<double>& a, bool interleaved, bool query, const In<T>& dy,
                           bool want_x, bool want_parameters, bool want_t) {
-  const auto xv = rows(x, "x");
-  const Encoding enc = encoding(omega, a, xv.dim(), interleaved);
-  auto dx = empty_rows<T>(want_x ? xv.tokens() : 0, xv.heads(), xv.dim());
-  std::vector<double> g_par(std::size_t(peal::parameter_count(enc))), g_t(std::size_t(xv.tokens()));
-  const peal::EncodeGradients<double> grads{want_parameters ? &g_par : nullptr,
-                                            want_t ? &g_t : nullptr};
-  const Positions p = positions(t, "t");
-  const TensorView<T> dxv = want_x ? rows(dx) : TensorView<T>();
+  const auto xb = batch(x, "x"), dyb = batch(dy, "dy");
+  if (dyb.batch != xb.batch) fail("dy must have x's batch size");
+  const Index B = xb.batch;
+  const Encoding enc = encoding(omega, a, xb.dim, interleaved);
+  auto dx = empty_batch<T>(B, want_x ? xb.tokens : 0, xb.heads, xb.dim);
+  const auto dxb = batch(dx);
+  std::vector<double> g_par(std::size_t(peal::parameter_count(enc)));
+  std::vector<std::vector<double>> g_t(std::size_t(B), std::vector<double>(std::size_t(xb.tokens)));
+  const auto p = positions(t, "t", B, xb.tokens);
   {
     py::gil_scoped_release unlocked;
-    if (query)
-      peal::encode_queries_backward(enc, xv, p, rows(dy, "dy"), dxv, grads);
-    else
-      peal::encode_keys_backward(enc, xv, p, rows(dy, "dy"), dxv, grads);
+    for (Index b = 0; b < B; ++b) {  // one parameter sum, in the batch's order
+      const peal::EncodeGradients<double> grads{want_parameters ? &g_par : nullptr,
+                                                want_t ? &g_t[std::size_t(b)] : nullptr};
+      const TensorView<T> dxv = want_x ? dxb[b] : TensorView<T>();
+      if (query)
+        peal::encode_queries_backward(enc, xb[b], p[b], dyb[b], dxv, grads);
+      else
+        peal::encode_keys_backward(enc, xb[b], p[b], dyb[b], dxv, grads);
+    }
   }
   auto maybe = [](bool wanted, py::object o) { return wanted ? o : py::object(py::none()); };
   return py::make_tuple(maybe(want_x, dx), maybe(want_parameters, array(g_par)),
-                        maybe(want_t, array(g_t)));
+                        maybe(want_t, array2(g_t, xb.tokens)));
 }
 
 // One name per storage type (attention_forward_float32, ...): the Python side picks by the

@@ -76,6 +76,22 @@ def test_linear_attention_batched():
     assert torch.autograd.gradcheck(f, (qb, kb, vb, p["decay"]), eps=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("form", ["parallel", "chunkwise"])
+def test_linear_attention_threads_give_the_bits_of_one_thread(batch, form):
+    p, _ = problem(damped=True, decayed=True)
+    q, k, v = rnd(batch, 6, 4, 8), rnd(batch, 7, 2, 8), rnd(batch, 7, 2, 6)
+    leaves = [q, k, v, p["tq"], p["tk"], p["inv_freq"], p["damping"], p["decay"]]
+    results = []
+    for threads in (1, 2):
+        out = peal_torch.linear_attention(q, k, v, p["tq"], p["tk"], p["inv_freq"],
+                                          damping=p["damping"], decay=p["decay"], form=form,
+                                          chunk=3, threads=threads)
+        results.append([out] + list(torch.autograd.grad(out, leaves, torch.ones_like(out))))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("layout", ["half_split", "interleaved"])
 def test_linear_attention_float32_as_accurate_as_pytorch_float32(layout):
     p, _ = problem(damped=False, decayed=True, nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32)

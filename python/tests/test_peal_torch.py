@@ -140,6 +140,37 @@ def test_batched_and_shared_positions():
     assert torch.autograd.gradcheck(f, (qb, kb, vb, tq, p["tk"], p["inv_freq"]), eps=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_threads_give_the_bits_of_one_thread(batch):
+    # One call per batch: with 3 elements and 2 threads the elements run side by side, with 1
+    # element its kernels take the threads (python/src/peal_torch.cpp, over_batch).
+    p = problem(nq=20, nk=24, Hq=4, Hk=2, d=8, dv=6, damped=True)
+    q, k, v = rnd(batch, 20, 4, 8), rnd(batch, 24, 2, 8), rnd(batch, 24, 2, 6)
+    tq = torch.stack([positions(20, 3.0 + b, True) for b in range(batch)]).requires_grad_()
+    slopes = torch.tensor([0.1, 0.2, 0.05, 0.3], dtype=F64, requires_grad=True)
+    leaves = [q, k, v, tq, p["tk"], p["inv_freq"], p["damping"], slopes]
+    results = []
+    for threads in (1, 2):
+        out = peal_torch.attention(q, k, v, tq, p["tk"], p["inv_freq"], damping=p["damping"],
+                                   causal=True, alibi_slopes=slopes, threads=threads)
+        results.append([out] + list(torch.autograd.grad(out, leaves, torch.ones_like(out))))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    y = peal_torch.encode(q, tq, p["inv_freq"], damping=p["damping"])
+    assert torch.equal(y[-1], peal_torch.encode(q[-1], tq[-1], p["inv_freq"], damping=p["damping"]))
+
+
+def test_empty_batch():
+    p = problem(damped=True)
+    q, k, v = rnd(0, 6, 4, 8), rnd(0, 7, 2, 8), rnd(0, 7, 2, 6)
+    out = peal_torch.attention(q, k, v, p["tq"], p["tk"], p["inv_freq"], damping=p["damping"])
+    assert out.shape == (0, 6, 4, 6)
+    g = torch.autograd.grad(out.sum(), [q, p["inv_freq"], p["damping"]], allow_unused=True)
+    assert g[0].shape == q.shape and torch.equal(g[1], torch.zeros(3, dtype=F64))
+    y = peal_torch.linear_attention(q, k, v, p["tq"], p["tk"], p["inv_freq"], decay=torch.ones(4, dtype=F64))
+    assert y.shape == (0, 6, 4, 6)
+
+
 def test_lse_is_returned_and_not_differentiable():
     p = problem()
     out, lse = peal_torch.attention(p["q"], p["k"], p["v"], p["tq"], p["tk"], p["inv_freq"],
@@ -234,8 +265,10 @@ def test_training_loop_matches_plain_pytorch_step_for_step():
 def test_bad_input_raises():
     p = problem()
     q, k, v, tq, tk, inv = p["q"], p["k"], p["v"], p["tq"], p["tk"], p["inv_freq"]
-    with pytest.raises(ValueError, match="float32 or float64"):
-        peal_torch.attention(q.half(), k, v, tq, tk, inv)
+    with pytest.raises(ValueError, match="float32, float64, float16 or bfloat16"):
+        peal_torch.attention(q.int(), k.int(), v.int(), tq, tk, inv)
+    with pytest.raises(ValueError, match="one dtype"):
+        peal_torch.attention(q.bfloat16(), k.bfloat16(), v.half(), tq, tk, inv)
     with pytest.raises(ValueError, match="one dtype"):
         peal_torch.attention(q, k.float(), v, tq, tk, inv)
     with pytest.raises(ValueError, match="dim"):
