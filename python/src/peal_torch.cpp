@@ -141,6 +141,56 @@ py::array_t<double> array(const std::vector<double>& v) {
   return a;
 }
 
+// Which gradients a backward returns (None for the others).
+struct Wants {
+  bool q = true, k = true, v = true, parameters = true, tq = false, tk = false, slopes = false,
+       sinks = false, decay = false;
+};
+
+py::object maybe(bool wanted, py::object x) { return wanted ? x : py::object(py::none()); }
+
+// What every backward returns for a batch: dq, dk, dv (new arrays; 0 tokens when not wanted)
+// and, per element, the gradients of the parameters and of the query and key positions.
+template <class T>
+struct BatchGradients {
+  const Wants& w;
+  std::size_t np;
+  Index nq, nk;
+  py::array_t<T> dq, dk, dv;
+  Batch<T> dqb, dkb, dvb;
+  std::vector<std::vector<double>> par, tq, tk;
+
+  BatchGradients(const Wants& wants, const Batch<const T>& q, const Batch<const T>& k,
+                 const Batch<const T>& v, std::size_t parameters)
+      : w(wants), np(parameters), nq(q.tokens), nk(k.tokens),
+        dq(empty_batch<T>(q.batch, w.q ? q.tokens : 0, q.heads, q.dim)),
+        dk(empty_batch<T>(q.batch, w.k ? k.tokens : 0, k.heads, k.dim)),
+        dv(empty_batch<T>(q.batch, w.v ? v.tokens : 0, v.heads, v.dim)),
+        dqb(batch(dq)), dkb(batch(dk)), dvb(batch(dv)),
+        par(std::size_t(q.batch), std::vector<double>(parameters)),
+        tq(std::size_t(q.batch), std::vector<double>(std::size_t(q.tokens))),
+        tk(std::size_t(q.batch), std::vector<double>(std::size_t(k.tokens))) {}
+
+  TensorView<T> dq_of(Index b) const { return w.q ? dqb[b] : TensorView<T>(); }
+  TensorView<T> dk_of(Index b) const { return w.k ? dkb[b] : TensorView<T>(); }
+  TensorView<T> dv_of(Index b) const { return w.v ? dvb[b] : TensorView<T>(); }
+  std::vector<double>* par_of(Index b) { return w.parameters ? &par[std::size_t(b)] : nullptr; }
+  std::vector<double>* tq_of(Index b) { return w.tq ? &tq[std::size_t(b)] : nullptr; }
+  std::vector<double>* tk_of(Index b) { return w.tk ? &tk[std::size_t(b)] : nullptr; }
+
+  // [dq, dk, dv, d_parameters [ω then a] summed over the batch, d_tq [B, nq], d_tk [B, nk]].
+  py::list results() const {
+    py::list r;
+    r.append(maybe(w.q, dq));
+    r.append(maybe(w.k, dk));
+    r.append(maybe(w.v, dv));
+    r.append(maybe(w.parameters, array(summed(par, np))));
+    r.append(maybe(w.tq, array2(tq, nq)));
+    r.append(maybe(w.tk, array2(tk, nk)));
+    return r;
+  }
+};
+
 // ω_i and a_i (n each, n >= 1, 2n <= head_dim) on the first 2n coordinates, in `layout`.
 Encoding encoding(const In<double>& omega, const In<double>& a, Index head_dim, bool interleaved) {
   if (omega.ndim() != 1 || a.ndim() != 1 || omega.shape(0) != a.shape(0) || omega.shape(0) < 1)
@@ -204,12 +254,6 @@ py::tuple attention_forward(const In<T>& q, const In<double>& tq, const In<T>& k
   return py::make_tuple(out, lse);
 }
 
-// Which gradients attention_backward returns (None for the others).
-struct Wants {
-  bool q = true, k = true, v = true, parameters = true, tq = false, tk = false, slopes = false,
-       sinks = false, decay = false;
-};
-
 // (dq, dk, dv [B, n, H, ·], d_parameters [ω then a] summed over the batch, d_tq [B, nq],
 // d_tk [B, nk], d_slopes, d_sinks summed); None where not wanted.
 template <class T>
@@ -229,15 +273,8 @@ py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& 
   const Index lse_n = Index(lse.shape(1) * lse.shape(2));
   const double* lse_p = lse.data();
   const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
-  auto dq = empty_batch<T>(B, w.q ? qb.tokens : 0, qb.heads, qb.dim);
-  auto dk = empty_batch<T>(B, w.k ? kb.tokens : 0, kb.heads, kb.dim);
-  auto dv = empty_batch<T>(B, w.v ? vb.tokens : 0, vb.heads, vb.dim);
-  const auto dqb = batch(dq), dkb = batch(dk), dvb = batch(dv);
-  using Vs = std::vector<std::vector<double>>;
-  Vs g_par(std::size_t(B), std::vector<double>(std::size_t(peal::parameter_count(enc)))),
-      g_tq(std::size_t(B), std::vector<double>(std::size_t(qb.tokens))),
-      g_tk(std::size_t(B), std::vector<double>(std::size_t(kb.tokens))),
-      g_slopes(std::size_t(B), std::vector<double>(opt.alibi_slopes.size())),
+  BatchGradients<T> g(w, qb, kb, vb, std::size_t(peal::parameter_count(enc)));
+  std::vector<std::vector<double>> g_slopes(std::size_t(B), std::vector<double>(opt.alibi_slopes.size())),
       g_sinks(std::size_t(B), std::vector<double>(opt.sinks.size()));
   const bool slopes = w.slopes && !opt.alibi_slopes.empty(), sinks = w.sinks && !opt.sinks.empty();
   {
@@ -247,21 +284,17 @@ py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& 
       bo.threads = threads;
       const std::size_t x = std::size_t(b);
       const std::vector<double> lse_b(lse_p + b * lse_n, lse_p + (b + 1) * lse_n);
-      const peal::AttentionGradients<double> grads{
-          w.parameters ? &g_par[x] : nullptr, w.tq ? &g_tq[x] : nullptr,
-          w.tk ? &g_tk[x] : nullptr, slopes ? &g_slopes[x] : nullptr, sinks ? &g_sinks[x] : nullptr};
+      const peal::AttentionGradients<double> grads{g.par_of(b), g.tq_of(b), g.tk_of(b),
+                                                   slopes ? &g_slopes[x] : nullptr,
+                                                   sinks ? &g_sinks[x] : nullptr};
       peal::attention_backward(enc, qb[b], pq[b], kb[b], pk[b], vb[b], outb[b], lse_b, dob[b],
-                               w.q ? dqb[b] : TensorView<T>(), w.k ? dkb[b] : TensorView<T>(),
-                               w.v ? dvb[b] : TensorView<T>(), bo, grads);
+                               g.dq_of(b), g.dk_of(b), g.dv_of(b), bo, grads);
     });
   }
-  auto maybe = [](bool wanted, py::object x) { return wanted ? x : py::object(py::none()); };
-  const std::size_t np = std::size_t(peal::parameter_count(enc));
-  return py::make_tuple(maybe(w.q, dq), maybe(w.k, dk), maybe(w.v, dv),
-                        maybe(w.parameters, array(summed(g_par, np))),
-                        maybe(w.tq, array2(g_tq, qb.tokens)), maybe(w.tk, array2(g_tk, kb.tokens)),
-                        maybe(slopes, array(summed(g_slopes, opt.alibi_slopes.size()))),
-                        maybe(sinks, array(summed(g_sinks, opt.sinks.size()))));
+  py::list r = g.results();
+  r.append(maybe(slopes, array(summed(g_slopes, opt.alibi_slopes.size()))));
+  r.append(maybe(sinks, array(summed(g_sinks, opt.sinks.size()))));
+  return py::tuple(r);
 }
 
 struct LinearOptions {
@@ -334,15 +367,8 @@ py::tuple linear_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
   const Encoding enc = encoding(omega, a, qb.dim, interleaved);
   const peal::LinearAttentionOptions opt = o.linear();
   const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
-  auto dq = empty_batch<T>(B, w.q ? qb.tokens : 0, qb.heads, qb.dim);
-  auto dk = empty_batch<T>(B, w.k ? kb.tokens : 0, kb.heads, kb.dim);
-  auto dv = empty_batch<T>(B, w.v ? vb.tokens : 0, vb.heads, vb.dim);
-  const auto dqb = batch(dq), dkb = batch(dk), dvb = batch(dv);
-  using Vs = std::vector<std::vector<double>>;
-  Vs g_par(std::size_t(B), std::vector<double>(std::size_t(peal::parameter_count(enc)))),
-      g_tq(std::size_t(B), std::vector<double>(std::size_t(qb.tokens))),
-      g_tk(std::size_t(B), std::vector<double>(std::size_t(kb.tokens))),
-      g_decay(std::size_t(B), std::vector<double>(opt.decay.size()));
+  BatchGradients<T> g(w, qb, kb, vb, std::size_t(peal::parameter_count(enc)));
+  std::vector<std::vector<double>> g_decay(std::size_t(B), std::vector<double>(opt.decay.size()));
   const bool decay = w.decay && !opt.decay.empty();
   {
     py::gil_scoped_release unlocked;
@@ -350,21 +376,15 @@ py::tuple linear_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
       peal::LinearAttentionOptions bo = opt;
       bo.threads = threads;
       const std::size_t x = std::size_t(b);
-      const peal::LinearAttentionGradients<double> grads{
-          w.parameters ? &g_par[x] : nullptr, w.tq ? &g_tq[x] : nullptr,
-          w.tk ? &g_tk[x] : nullptr, decay ? &g_decay[x] : nullptr};
-      peal::linear_attention_backward(enc, qb[b], pq[b], kb[b], pk[b], vb[b], dob[b],
-                                      w.q ? dqb[b] : TensorView<T>(),
-                                      w.k ? dkb[b] : TensorView<T>(),
-                                      w.v ? dvb[b] : TensorView<T>(), bo, grads);
+      const peal::LinearAttentionGradients<double> grads{g.par_of(b), g.tq_of(b), g.tk_of(b),
+                                                         decay ? &g_decay[x] : nullptr};
+      peal::linear_attention_backward(enc, qb[b], pq[b], kb[b], pk[b], vb[b], dob[b], g.dq_of(b),
+                                      g.dk_of(b), g.dv_of(b), bo, grads);
     });
   }
-  auto maybe = [](bool wanted, py::object x) { return wanted ? x : py::object(py::none()); };
-  const std::size_t np = std::size_t(peal::parameter_count(enc));
-  return py::make_tuple(maybe(w.q, dq), maybe(w.k, dk), maybe(w.v, dv),
-                        maybe(w.parameters, array(summed(g_par, np))),
-                        maybe(w.tq, array2(g_tq, qb.tokens)), maybe(w.tk, array2(g_tk, kb.tokens)),
-                        maybe(decay, array(summed(g_decay, opt.decay.size()))));
+  py::list r = g.results();
+  r.append(maybe(decay, array(summed(g_decay, opt.decay.size()))));
+  return py::tuple(r);
 }
 
 // F(t) x (query) or G(t) x (key), out of place: [B, n, H, d]. Encode is memory-bound: the
@@ -415,7 +435,6 @@ py::tuple encode_backward(const In<T>& x, const In<double>& t, const In<double>&
         peal::encode_keys_backward(enc, xb[b], p[b], dyb[b], dxv, grads);
     }
   }
-  auto maybe = [](bool wanted, py::object o) { return wanted ? o : py::object(py::none()); };
   return py::make_tuple(maybe(want_x, dx), maybe(want_parameters, array(g_par)),
                         maybe(want_t, array2(g_t, xb.tokens)));
 }

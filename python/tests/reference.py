@@ -42,6 +42,16 @@ def encode(x, t, inv_freq, damping=None, layout="half_split", side="query"):
     return torch.cat((y, x[..., r:]), dim=-1)
 
 
+def mask_scores(x, tau, causal, window):
+    """x with -inf where a key is masked: s_j > t_i (causal), t_i - s_j >= window."""
+    mask = torch.zeros_like(tau, dtype=torch.bool)
+    if causal:
+        mask |= tau < 0
+    if window is not None:
+        mask |= tau >= window
+    return x.masked_fill(mask, -math.inf)
+
+
 def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", causal=False,
               window=None, alibi_slopes=None, softcap=0.0, sinks=None, scale=None):
     """Unbatched: q [nq, Hq, d], k [nk, Hk, d], v [nk, Hk, dv], tq [nq], tk [nk]."""
@@ -58,12 +68,7 @@ def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", c
     tau = tq.to(q.dtype)[:, None] - tk.to(q.dtype)[None, :]
     if alibi_slopes is not None:
         x = x - alibi_slopes.to(q.dtype)[:, None, None] * tau
-    mask = torch.zeros_like(tau, dtype=torch.bool)
-    if causal:
-        mask |= tau < 0
-    if window is not None:
-        mask |= tau >= window
-    x = x.masked_fill(mask, -math.inf)
+    x = mask_scores(x, tau, causal, window)
     if sinks is not None:
         s = sinks.to(q.dtype)[:, None, None].expand(Hq, nq, 1)
         x = torch.cat((x, s), dim=-1)

@@ -75,6 +75,11 @@ def call_linear(fn, xs, opts):
     return y, [xs[n] for n in INPUTS] + [decay]
 
 
+def case_inputs(dtype):
+    """The problem in dtype and a d_out [40, 4, 32] in dtype."""
+    return half_problem(dtype), torch.randn(40, 4, 32, generator=torch.Generator().manual_seed(9)).to(dtype)
+
+
 def results(call, fn, p, opts, d_out, cast=None):
     xs = with_grad(p, cast)
     y, leaves = call(fn, xs, opts)
@@ -92,8 +97,7 @@ CASES = [("attention", call_attention, peal_torch.attention, reference.attention
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_half_call_is_the_float32_call_rounded_once(dtype, case):
     _, call, fn, _, opts = case
-    p = half_problem(dtype)
-    d_out = torch.randn(40, 4, 32, generator=torch.Generator().manual_seed(9)).to(dtype)
+    p, d_out = case_inputs(dtype)
     y_h, g_h = results(call, fn, p, opts, d_out)
     y_f, g_f = results(call, fn, p, opts, d_out.float(), cast=torch.float32)
     assert y_h.dtype == dtype
@@ -134,12 +138,7 @@ def hf_eager_bf16_attention(q, k, v, tq, tk, inv_freq, *, damping=None, causal=F
     x = x.float()
     if alibi_slopes is not None:
         x = x - alibi_slopes.float()[:, None, None] * tau
-    mask = torch.zeros_like(tau, dtype=torch.bool)
-    if causal:
-        mask |= tau < 0
-    if window is not None:
-        mask |= tau >= window
-    x = x.masked_fill(mask, -math.inf)
+    x = reference.mask_scores(x, tau, causal, window)
     if sinks is not None:
         x = torch.cat((x, sinks.float()[:, None, None].expand(Hq, nq, 1)), -1)
     w = torch.softmax(x, -1).to(dt)
@@ -152,8 +151,7 @@ def hf_eager_bf16_attention(q, k, v, tq, tk, inv_freq, *, damping=None, causal=F
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_half_call_within_one_rounding_of_the_truth(dtype, case):
     name, call, fn, ref, opts = case
-    p = half_problem(dtype)
-    d_out = torch.randn(40, 4, 32, generator=torch.Generator().manual_seed(9)).to(dtype)
+    p, d_out = case_inputs(dtype)
     ref_opts = {k: v for k, v in opts.items() if k not in ("form", "chunk")}
     y_t, g_t = results(call, ref, p, ref_opts, d_out.double(), cast=F64)  # the truth
     y_r, g_r = results(call, ref, p, ref_opts, d_out.float(), cast=torch.float32)  # PyTorch f32
