@@ -192,6 +192,21 @@ TEST_CASE("run plan: decoding holds every key head and splits the keys", "[tile_
   sh.x.splits_keys = true;
   sh.x.packed_keys = false;
   CHECK(!plan_run(sh.x).stage);
+  // Keys the small products can read in place: 1 query row x 4 query heads per key head fit
+  // their 8 rows, so each head's rows are streamed, not staged; 3 queries (12 rows) do not.
+  sh.x.packed_keys = true;
+  sh.x.streamable_keys = true;
+  sh.x.small_rows = 8;
+  const RunPlan st = plan_run(sh.x);
+  CHECK(st.stream);
+  CHECK(!st.stage);
+  CHECK(st.across);
+  Shape three(3, 32768, 128, 32, 8);
+  three.x.splits_keys = three.x.packed_keys = three.x.streamable_keys = true;
+  three.x.small_rows = 8;
+  const RunPlan t3 = plan_run(three.x);
+  CHECK(!t3.stream);
+  CHECK(t3.stage);
 }
 
 TEST_CASE("run plan: threads only for work worth them, counts bounded", "[tile_plan]") {

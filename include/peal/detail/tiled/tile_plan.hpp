@@ -121,6 +121,12 @@ struct RunShape {
   int threads = 1;            // threads asked for (ScoreOptions::threads or OpenMP's count)
   bool splits_keys = false;   // the sink merges partial results over key ranges
   bool packed_keys = false;   // k's heads lie contiguously: element stride 1, head stride d
+  // The small products could read a unit's key rows where they lie (a grouped run: one product
+  // per key head's query rows; element stride 1; keys encoded in the arithmetic type, in half
+  // precision, or encoded head by head) when the query tiles hold at most small_rows rows of a
+  // key head's queries (detail/eigen_gemm.hpp's kSmallRows).
+  bool streamable_keys = false;
+  Index small_rows = 0;
   bool strips = false;        // the sink computes partially masked tile pairs in strips
   bool causal = false;        // the causal mask (s_j > t_i masked)
   double window = std::numeric_limits<double>::infinity();  // the sink's window (∞: none)
@@ -133,6 +139,7 @@ struct RunPlan {
   bool pair_decay = false;  // the scalar decay is applied per pair, not rebased in the tiles
   bool across = false;      // a unit holds every key head (decoding)
   bool stage = false;       // and copies each key token's heads contiguously into kstage
+  bool stream = false;      // or reads each head's key rows where they lie (small products)
   Index tiles_per_block = 1, blocks = 0, splits = 1, key_tiles_per_split = 0, units = 0;
   int threads = 1;
   /// Rows of a strip of a partially masked tile pair (plan_strips); 0: such pairs are
@@ -195,6 +202,13 @@ inline RunPlan plan_run(const RunShape& x) {
   const double h_base = half_spread(x.rate);
   p.query = plan_tiles(x.t, x.nq, tq_max, h_base);
   p.key = plan_tiles(x.s, x.nk, tk_max, h_base);
+  // Decoding a grouped run with few query rows per key head: the small products read each
+  // head's rows where they lie, prefetched ahead, so the staged copy (a second pass over the
+  // cache) is not made (decode, f32 token-major, keys encoded: 0.82 -> 1.06 of memcpy,
+  // bench/README.md). The query tiles do not depend on the decay's replanning below when it
+  // matters here: a decay makes the run not grouped.
+  p.stream = x.streamable_keys && p.query.max_rows * (x.Hq / std::max<Index>(x.Hk, 1)) <= x.small_rows;
+  p.stage = p.stage && !p.stream;
   // A scalar decay is rebased through the tiles (its rate enters h) unless that would cut
   // them down: for γ = 1e-300, |ln γ| h ≤ θ gives h = 0.016 in float, tiles of one token
   // and a 1 x 1 GEMM per pair (80x slower at n = 2048). When the decay's h makes more than

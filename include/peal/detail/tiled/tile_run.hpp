@@ -105,6 +105,11 @@ class TileRun {
     rate_ = coder_.rate();
     degree_ = coder_.degree();
     rebase_ = rate_ == 0 && degree_ == 0 ? Rebase::pure : Rebase::two_step;
+    // One GEMM for all heads of a group: only where nothing differs between them (a pure
+    // rotation or identity, no per-head decay, ALiBi or polynomial part) and the sink takes
+    // its tiles in place (attention: decoding has one query row per head).
+    grouped_ = Sink::in_place && rebase_ == Rebase::pure && !epi_.has_decay() &&
+               !epi_.has_alibi() && !PE::active;
     plan_ = plan_run(shape(opt));
     if (plan_.pair_decay) epi_.decay_per_pair(q, k, d_);
     rel_ = coder_.rel_size();
@@ -118,13 +123,6 @@ class TileRun {
     out_rm_ = !epi_.pair_decay() && sink.template direct_row_major<C>(nk_);
     out_cm_ = !epi_.pair_decay() && !out_rm_ && sink.template direct_col_major<C>();
     direct_keys_ = qp().max_rows * G_ <= eigen_gemm::kSmallRows;
-    // One GEMM for all heads of a group: only where nothing differs between them (a pure
-    // rotation or identity, no per-head decay, ALiBi or polynomial part) and the sink takes
-    // its tiles in place (attention: decoding has one query row per head).
-    grouped_ = Sink::in_place && rebase_ == Rebase::pure && !epi_.has_decay() &&
-               !epi_.pair_decay() && !epi_.has_alibi() && !PE::active;
-    stream_keys_ = grouped_ && direct_keys_ && k.strides().elem == 1 &&
-                   (!identity_ || raw_half_keys || std::is_same<TK, C>::value);
   }
 
   /// The plan of this run (detail/tiled/tile_plan.hpp).
@@ -210,7 +208,7 @@ class TileRun {
       for (int pass = 0; pass < 2; ++pass) {  // pass 0 sizes, pass 1 carves
         a.begin(pass);
         qcache = a.take<C>(brows * G * d * r.head_slots());
-        kstage = a.take<KS>(r.plan_.stage && !r.stream_keys_ ? TKm * r.Hk_ * d : 0);
+        kstage = a.take<KS>(r.plan_.stage ? TKm * r.Hk_ * d : 0);
         qscale = a.take<double>(r.epi_.has_decay() ? brows * G : 0);
         rel = a.take<double>(rel_rows(std::max(TQm, TKm)) * r.rel_);
         qtile = a.take<C>(TQm * d);
@@ -381,7 +379,7 @@ class TileRun {
 
   // res (row-major, ldr) = alpha a b^T on the strips of the current pair only (ws.strips):
   // rows [r0, r1) of a times columns [c0, c1) of b, in the rectangles of for_each_strip_block.
-  // b: the key rows in C, or half-precision rows in place (stream_keys_).
+  // b: the key rows in C, or half-precision rows in place (RunPlan::stream).
   template <class TB>
   void strip_products(Workspace& ws, const C* a, Index lda, const TB* b, Index ldb, C* res,
                       Index ldr, C alpha) const {
@@ -398,7 +396,7 @@ class TileRun {
   }
 
   // res (m x n, row-major, ld ldr) += alpha A B^T over half-precision key rows in place, A's m
-  // <= kSmallRows rows of d_ (stream_keys_: the rows converted in the products' registers).
+  // <= kSmallRows rows of d_ (RunPlan::stream: the rows converted in the products' registers).
   void raw_abt(Index m, Index n, const C* a, Index lda, const TK* b, Index ldb, C* res,
                Index ldr, C alpha) const {
     if constexpr (raw_half_keys)
@@ -538,7 +536,7 @@ class TileRun {
       sink_->unit_begin(*this, ws.sink, kh, I0, I1, split);
     }
     for (Index J = J0; J < J1; ++J) {
-      if (!plan_.stage || stream_keys_) {
+      if (!plan_.stage) {
         for (Index kh = kh0; kh < kh1; ++kh) key_pass(ws, k_, kp().begin[std::size_t(J)], kh, I0, I1, J);
         continue;
       }
@@ -580,7 +578,7 @@ class TileRun {
   struct KeyRows {
     const C* rows;
     Index ld;
-    const TK* raw = nullptr;  // or half-precision rows in place (stream_keys_), ld apart
+    const TK* raw = nullptr;  // or half-precision rows in place (RunPlan::stream), ld apart
   };
   // Key coefficients A(S_J − s_j) (times the constant A(−S_J) when pure: anchor 0) applied to
   // key tile J of head kh, scaled by the decay γ^(S_J − s_j) of the group when `fold`.
@@ -608,7 +606,7 @@ class TileRun {
     }
     if (fold) key_scale(ws, kh * G_, J);
     if constexpr (std::is_same<std::remove_cv_t<T>, TK>::value && raw_half_keys)
-      if (stream_keys_ && identity_ && (nkj <= 1 || kv.strides().token >= d_))
+      if (plan_.stream && identity_ && (nkj <= 1 || kv.strides().token >= d_))
         return {nullptr, nkj > 1 ? kv.strides().token : d_, kv.vector(kb, kh)};
     // An identity (keys already encoded) against a few query rows: the product reads the
     // key rows where they lie (each once, gemm_abt's small path); else they are encoded.
@@ -753,6 +751,9 @@ class TileRun {
 #endif
     x.splits_keys = Sink::splits_keys;
     x.packed_keys = k_.strides().elem == 1 && k_.strides().head == d_;
+    x.streamable_keys = grouped_ && k_.strides().elem == 1 &&
+                        (!identity_ || raw_half_keys || std::is_same<TK, C>::value);
+    x.small_rows = eigen_gemm::kSmallRows;
     x.strips = kStrips;
     x.causal = opt.causal;
     x.window = epi_.window();
@@ -810,14 +811,11 @@ class TileRun {
   bool out_rm_ = false, out_cm_ = false;
   bool direct_keys_ = false;  // a few query rows: identity keys in C are read in place
   bool grouped_ = false;
-  // Decoding for a grouped sink: each key head's rows are read where they lie, prefetched
-  // ahead, instead of staging a copy of every head's rows of a tile first (RunPlan::stage): keys
-  // already encoded (an identity) go to the small products as they are, half-precision ones
-  // converted in the products' registers (detail/small_products.hpp); others are encoded per
-  // head (encode_rows). The same values, so the same result; the copy was a second pass over
-  // the cache (decode, f32 token-major, keys encoded: 0.82 -> 1.06 of memcpy, bench/README.md).
+  // Decoding for a grouped sink (RunPlan::stream): each key head's rows are read where they
+  // lie: keys already encoded (an identity) go to the small products as they are, half-precision
+  // ones converted in the products' registers (detail/small_products.hpp); others are encoded
+  // per head (encode_rows). The same values as the staged copy, so the same result.
   static constexpr bool raw_half_keys = is_half_like<TK> && std::is_same<C, float>::value;
-  bool stream_keys_ = false;
 };
 
 }  // namespace tiled
