@@ -88,10 +88,9 @@ class AttentionSink : public InPlaceSink<C> {
     Index I0 = 0, kh = 0;
     const C* vrows = nullptr;  // V of the current key tile: vtile, vstage or the view itself
     Index ldv = 0;
-    // Or, decoding a half-precision cache (direct_values), the view's own rows of the tile,
-    // converted in the products' registers: rows [vj0, vj0 + vn) of head vkh, ld ldv.
+    // Or, decoding a half-precision cache (direct_values), the view's own rows of the key
+    // tile's head, ld ldv, converted in the products' registers.
     const TV* vraw = nullptr;
-    Index vj0 = 0, vn = 0, vkh = 0;
     Buf<VS> vstage;     // every head's V rows of a key tile (key_block)
     Index staged = -1;                  // the key tile in vstage, or −1
     int vfinite = -1;                   // V of the current key tile all finite: 1, 0, or −1 unknown
@@ -166,7 +165,7 @@ class AttentionSink : public InPlaceSink<C> {
     w.vfinite = -1;
     if (half_values && direct_values(r) && (n <= 1 || v_.strides().token >= dv_)) {
       w.vraw = v_.vector(j0, kh), w.ldv = n > 1 ? v_.strides().token : dv_;
-      w.vj0 = j0, w.vn = n, w.vkh = kh, w.vrows = nullptr;
+      w.vrows = nullptr;
       return;
     }
     if (w.staged == J)
@@ -229,7 +228,8 @@ class AttentionSink : public InPlaceSink<C> {
         return;
       }
       // A mask cuts the pair (rare in a decode step): the rows as floats, the general path.
-      value_rows(TensorView<const TV>(v_), w.vj0, w.vn, w.vkh, w.vtile.data(), w.vrows, w.ldv);
+      value_rows(TensorView<const TV>(v_), r.key_plan().begin[std::size_t(J)], n, kh,
+                 w.vtile.data(), w.vrows, w.ldv);
       w.vraw = nullptr;
     }
     if (cut) {  // a masked key's weight 0 must not meet an inf or NaN value
@@ -311,7 +311,7 @@ class AttentionSink : public InPlaceSink<C> {
   template <class Run>
   bool direct_values(const Run& r) const {
     return (half_values || std::is_same<TV, C>::value) && v_.strides().elem == 1 && dv_ > 0 &&
-           r.query_plan().max_rows * r.group() <= eigen_gemm::kSmallRows;
+           r.few_rows();
   }
   static constexpr bool half_values = is_half_like<TV> && std::is_same<C, float>::value;
 
