@@ -47,8 +47,10 @@ class SerialEigen {
   SerialEigen(const SerialEigen&) = delete;
   SerialEigen& operator=(const SerialEigen&) = delete;
 
+#ifdef _OPENMP
  private:
   int saved_ = 0;
+#endif
 };
 
 template <class Fn>
