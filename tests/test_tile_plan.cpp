@@ -198,6 +198,7 @@ TEST_CASE("run plan: decoding holds every key head and splits the keys", "[tile_
   sh.x.streamable_keys = true;
   sh.x.small_rows = 8;
   const RunPlan st = plan_run(sh.x);
+  CHECK(st.few_rows);
   CHECK(st.stream);
   CHECK(!st.stage);
   CHECK(st.across);
@@ -205,6 +206,7 @@ TEST_CASE("run plan: decoding holds every key head and splits the keys", "[tile_
   three.x.splits_keys = three.x.packed_keys = three.x.streamable_keys = true;
   three.x.small_rows = 8;
   const RunPlan t3 = plan_run(three.x);
+  CHECK(!t3.few_rows);
   CHECK(!t3.stream);
   CHECK(t3.stage);
 }

@@ -140,6 +140,7 @@ struct RunPlan {
   bool across = false;      // a unit holds every key head (decoding)
   bool stage = false;       // and copies each key token's heads contiguously into kstage
   bool stream = false;      // or reads each head's key rows where they lie (small products)
+  bool few_rows = false;    // a key head's query rows in a query tile fit x.small_rows
   Index tiles_per_block = 1, blocks = 0, splits = 1, key_tiles_per_split = 0, units = 0;
   int threads = 1;
   /// Rows of a strip of a partially masked tile pair (plan_strips); 0: such pairs are
@@ -202,13 +203,6 @@ inline RunPlan plan_run(const RunShape& x) {
   const double h_base = half_spread(x.rate);
   p.query = plan_tiles(x.t, x.nq, tq_max, h_base);
   p.key = plan_tiles(x.s, x.nk, tk_max, h_base);
-  // Decoding a grouped run with few query rows per key head: the small products read each
-  // head's rows where they lie, prefetched ahead, so the staged copy (a second pass over the
-  // cache) is not made (decode, f32 token-major, keys encoded: 0.82 -> 1.06 of memcpy,
-  // bench/README.md). The query tiles do not depend on the decay's replanning below when it
-  // matters here: a decay makes the run not grouped.
-  p.stream = x.streamable_keys && p.query.max_rows * (x.Hq / std::max<Index>(x.Hk, 1)) <= x.small_rows;
-  p.stage = p.stage && !p.stream;
   // A scalar decay is rebased through the tiles (its rate enters h) unless that would cut
   // them down: for γ = 1e-300, |ln γ| h ≤ θ gives h = 0.016 in float, tiles of one token
   // and a 1 x 1 GEMM per pair (80x slower at n = 2048). When the decay's h makes more than
@@ -230,6 +224,13 @@ inline RunPlan plan_run(const RunShape& x) {
   // Units: (block of query tiles, key head, key split).
   const int nt = std::clamp(x.threads, 1, kMaxThreads);
   const Index G = x.Hq / x.Hk;
+  // Decoding a grouped run with few query rows per key head: the small products read each
+  // head's rows where they lie, prefetched ahead, so the staged copy (a second pass over the
+  // cache) is not made (decode, f32 token-major, keys encoded: 0.82 -> 1.06 of memcpy,
+  // bench/README.md).
+  p.few_rows = p.query.max_rows * G <= x.small_rows;
+  p.stream = x.streamable_keys && p.few_rows;
+  p.stage = p.stage && !p.stream;
   const Index nqt = p.query.size();
   const bool row_decay = x.has_decay && !p.pair_decay;  // γ folded into the query rows
   const Index row_bytes = G * x.d * x.arith_bytes + (row_decay ? G * 8 : 0);

@@ -122,7 +122,6 @@ class TileRun {
     // Per-pair decays go through the tile buffer: the epilogue scales every score anyway.
     out_rm_ = !epi_.pair_decay() && sink.template direct_row_major<C>(nk_);
     out_cm_ = !epi_.pair_decay() && !out_rm_ && sink.template direct_col_major<C>();
-    few_rows_ = qp().max_rows * G_ <= eigen_gemm::kSmallRows;
   }
 
   /// The plan of this run (detail/tiled/tile_plan.hpp).
@@ -137,7 +136,7 @@ class TileRun {
   Index group() const { return G_; }
   /// A key head's query rows in a query tile (G times the tile's rows) fit the small products
   /// (eigen_gemm::kSmallRows: decoding): the products read K's and V's rows where they lie.
-  bool few_rows() const { return few_rows_; }
+  bool few_rows() const { return plan_.few_rows; }
   Index query_heads() const { return Hq_; }
   Index key_heads() const { return Hk_; }
   Index queries() const { return nq_; }
@@ -402,10 +401,9 @@ class TileRun {
   // <= kSmallRows rows of d_ (RunPlan::stream: the rows converted in the products' registers).
   void raw_abt(Index m, Index n, const C* a, Index lda, const TK* b, Index ldb, C* res,
                Index ldr, C alpha) const {
+    // KeyRows::raw is set for half-precision keys only (encode_key_tile): nothing otherwise.
     if constexpr (raw_half_keys)
       eigen_gemm::small::abt<C, TK>(m, n, d_, a, lda, b, ldb, res, ldr, 1, alpha);
-    else  // unreachable: KeyRows::raw is set for half-precision keys only (encode_key_tile)
-      (void)m, (void)n, (void)a, (void)lda, (void)b, (void)ldb, (void)res, (void)ldr, (void)alpha;
   }
 
   // ALiBi of head h for tile (I, J) into ws.rbias, ws.cbias (false: no bias for this head).
@@ -616,7 +614,7 @@ class TileRun {
     // An identity (keys already encoded) against a few query rows: the product reads the
     // key rows where they lie (each once, gemm_abt's small path); else they are encoded.
     if constexpr (std::is_same<std::remove_cv_t<T>, C>::value)
-      if (identity_ && !fold && few_rows_ && kv.strides().elem == 1 &&
+      if (identity_ && !fold && plan_.few_rows && kv.strides().elem == 1 &&
           (nkj <= 1 || kv.strides().token >= d_))
         return {kv.vector(kb, kh), nkj > 1 ? kv.strides().token : d_};
     encode_rows(kv, kb, nkj, kh, kcoef, kcoefx, false, fold ? ws.kscale.data() : nullptr,
@@ -814,7 +812,6 @@ class TileRun {
   int rel_ = 0, coef_ = 0;
   Buf<C> qcoef_shared_, kcoef_shared_;
   bool out_rm_ = false, out_cm_ = false;
-  bool few_rows_ = false;  // few_rows(): identity keys in C are read in place
   bool grouped_ = false;
   // Decoding for a grouped sink (RunPlan::stream): each key head's rows are read where they
   // lie: keys already encoded (an identity) go to the small products as they are, half-precision
