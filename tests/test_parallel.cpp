@@ -34,7 +34,10 @@ TEST_CASE("parallel_each: every item once on 1 to 3 threads; an item's exception
 TEST_CASE("parallel_each: Eigen's products stay on the calling thread on the serial path",
           "[parallel]") {
 #ifdef _OPENMP
-  const int before = omp_get_max_threads();
+  struct Restore {  // the process's setting back after the test case, whatever fails in it
+    int n = omp_get_max_threads();
+    ~Restore() { omp_set_num_threads(n); }
+  } restore;
   omp_set_num_threads(3);  // what torch.set_num_threads(3) leaves, or OMP_NUM_THREADS=3
   REQUIRE(Eigen::nbThreads() == 3);
   // Serial: threads = 1, or a single item. Eigen would otherwise split a product over 3.
@@ -62,7 +65,6 @@ TEST_CASE("parallel_each: Eigen's products stay on the calling thread on the ser
     CHECK(Eigen::nbThreads() == 1);
   }
   CHECK(omp_get_max_threads() == 3);
-  omp_set_num_threads(before);
 #else
   const SerialEigen serial;  // without OpenMP Eigen never threads; the guard does nothing
   CHECK(Eigen::nbThreads() == 1);

@@ -143,6 +143,7 @@ template <class E, class TX, class TG, class R>
 void accumulate(const E& enc, Side side, const TensorView<TX>& x, const TensorView<TG>& g,
                 const Positions& pos, const EncodeGradients<R>& grads) {
   if (!grads.parameters && !grads.positions) return;
+  const SerialEigen serial;  // one thread, its Eigen products too (detail/parallel.hpp)
   const Index T = x.tokens(), H = x.heads(), D = x.dim();
   using M = Eigen::Matrix<R, Eigen::Dynamic, Eigen::Dynamic>;
   M xs(D, H), gs(D, H);
@@ -444,6 +445,7 @@ template <class I, class TX, class TG, class TD, class R>
 void accumulate(const BasisChange<I>& enc, Side side, const TensorView<TX>& x,
                 const TensorView<TG>& g, const TensorView<TD>& dx, const Positions& pos,
                 const EncodeGradients<R>& grads) {
+  const SerialEigen serial;  // one thread, its Eigen products too (detail/parallel.hpp)
   const Index T = x.tokens(), H = x.heads(), D = x.dim();
   using M = Eigen::Matrix<R, Eigen::Dynamic, Eigen::Dynamic>;
   const M P = enc.P().template cast<R>(), Pi = enc.P_inverse().template cast<R>();
@@ -554,13 +556,9 @@ template <class E, class TX, class TG, class TD, class R>
 void run(const E& enc, Side side, const TensorView<TX>& x, const TensorView<TG>& g,
          const TensorView<TD>& dx, const Positions& pos, const EncodeGradients<R>& grads) {
   if constexpr (is_basis_change<E>::value) {
-    const SerialEigen serial;  // one thread, its Eigen products too (detail/parallel.hpp)
     accumulate(enc, side, x, g, dx, pos, grads);
   } else if (!fused_rotations(enc, side, x, g, dx, pos, grads)) {
-    {
-      const SerialEigen serial;
-      accumulate(enc, side, x, g, pos, grads);
-    }
+    accumulate(enc, side, x, g, pos, grads);
     input_gradient(enc, side, g, dx, pos);
   }
 }

@@ -33,8 +33,9 @@ class SerialEigen {
  public:
   SerialEigen() {
 #ifdef _OPENMP
-    if (!omp_in_parallel() && omp_get_max_threads() > 1) {
-      saved_ = omp_get_max_threads();
+    const int n = omp_get_max_threads();
+    if (n > 1 && !omp_in_parallel()) {
+      saved_ = n;
       omp_set_num_threads(1);
     }
 #endif
