@@ -44,17 +44,14 @@ _KERNEL_DTYPES = {torch.float32: torch.float32, torch.float64: torch.float64,
                   torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
-def _kernel_dtype(x):
-    """The dtype the kernels store x's rows in."""
+def _kernels(x):
+    """The dtype the kernels store x's rows in, and the suffix of their names in _ext."""
     try:
-        return _KERNEL_DTYPES[x.dtype]
+        kd = _KERNEL_DTYPES[x.dtype]
     except KeyError:
         raise ValueError("peal_torch: tensors must be float32, float64, float16 or bfloat16, "
                          f"got {x.dtype}") from None
-
-
-def _dtype_name(x):
-    return "float64" if _kernel_dtype(x) == torch.float64 else "float32"
+    return kd, "float64" if kd == torch.float64 else "float32"
 
 
 def _np(x, dtype):
@@ -165,10 +162,9 @@ def _options(cfg, slopes, sinks):
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, tq, tk, omega, a, slopes, sinks, cfg):
-        name = _dtype_name(q)
+        kd, name = _kernels(q)
         if not q.dtype == k.dtype == v.dtype:
             raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-        kd = _kernel_dtype(q)
         qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
         om, an = _parameter_arrays(omega, a)
         opt = _options(cfg, slopes, sinks)
@@ -193,8 +189,7 @@ class _Attention(torch.autograd.Function):
         q, k, v, tq, tk, omega, a, slopes, sinks = ctx.saved_tensors
         out, lse = ctx.forward_results
         cfg = ctx.cfg
-        name = _dtype_name(q)
-        kd = _kernel_dtype(q)
+        kd, name = _kernels(q)
         need = ctx.needs_input_grad
         qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
         dob = d_out if ctx.batched else d_out.unsqueeze(0)
@@ -239,10 +234,9 @@ def _linear_options(cfg, decay):
 class _LinearAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, tq, tk, omega, a, decay, cfg):
-        name = _dtype_name(q)
+        kd, name = _kernels(q)
         if not q.dtype == k.dtype == v.dtype:
             raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-        kd = _kernel_dtype(q)
         qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
         om, an = _parameter_arrays(omega, a)
         opt = _linear_options(cfg, decay)
@@ -258,8 +252,7 @@ class _LinearAttention(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, v, tq, tk, omega, a, decay = ctx.saved_tensors
         cfg = ctx.cfg
-        name = _dtype_name(q)
-        kd = _kernel_dtype(q)
+        kd, name = _kernels(q)
         need = ctx.needs_input_grad
         qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
         dob = d_out if ctx.batched else d_out.unsqueeze(0)
@@ -282,8 +275,7 @@ class _LinearAttention(torch.autograd.Function):
 class _Encode(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, t, omega, a, interleaved, query):
-        name = _dtype_name(x)
-        kd = _kernel_dtype(x)
+        kd, name = _kernels(x)
         xb, batched = _batched(x, "x")
         pt = _positions(t, xb.shape[0], xb.shape[1], "t")
         om, an = _parameter_arrays(omega, a)
@@ -298,8 +290,7 @@ class _Encode(torch.autograd.Function):
         x, t, omega, a = ctx.saved_tensors
         interleaved, query, batched = ctx.settings
         need = ctx.needs_input_grad
-        name = _dtype_name(x)
-        kd = _kernel_dtype(x)
+        kd, name = _kernels(x)
         xb, _ = _batched(x, "x")
         dyb = dy if batched else dy.unsqueeze(0)
         pt = _positions(t, xb.shape[0], xb.shape[1], "t")

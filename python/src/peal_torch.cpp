@@ -102,7 +102,10 @@ template <class Fn>
 void over_batch(Index b, int threads, Fn&& fn) {
   if (threads < 0) fail("threads must be >= 0 (0: OpenMP's maximum)");
 #ifdef _OPENMP
-  const int t = threads > 0 ? threads : omp_get_max_threads();
+  // At most the kernels' own bound (detail/tiled/tile_plan.hpp): no count asks OpenMP for
+  // millions of threads.
+  const int t = std::min(threads > 0 ? threads : omp_get_max_threads(),
+                         peal::detail::tiled::kMaxThreads);
 #else
   const int t = 1;
 #endif
@@ -269,8 +272,9 @@ py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& 
   if (outb.batch != B || dob.batch != B) fail("out and d_out must have q's batch size");
   const Encoding enc = encoding(omega, a, qb.dim, interleaved);
   const peal::AttentionOptions opt = o.attention();
-  if (lse.ndim() != 3 || lse.shape(0) != B) fail("lse must be [batch, tokens, heads]");
-  const Index lse_n = Index(lse.shape(1) * lse.shape(2));
+  if (lse.ndim() != 3 || lse.shape(0) != B || lse.shape(1) != qb.tokens || lse.shape(2) != qb.heads)
+    fail("lse must be [batch, tokens, heads] of q");
+  const Index lse_n = qb.tokens * qb.heads;
   const double* lse_p = lse.data();
   const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
   BatchGradients<T> g(w, qb, kb, vb, std::size_t(peal::parameter_count(enc)));

@@ -150,12 +150,13 @@ def test_threads_give_the_bits_of_one_thread(batch):
     slopes = torch.tensor([0.1, 0.2, 0.05, 0.3], dtype=F64, requires_grad=True)
     leaves = [q, k, v, tq, p["tk"], p["inv_freq"], p["damping"], slopes]
     results = []
-    for threads in (1, 2):
+    for threads in (1, 2, 10 ** 6):  # an absurd count: bounded as the kernels bound it
         out = peal_torch.attention(q, k, v, tq, p["tk"], p["inv_freq"], damping=p["damping"],
                                    causal=True, alibi_slopes=slopes, threads=threads)
         results.append([out] + list(torch.autograd.grad(out, leaves, torch.ones_like(out))))
-    for a, b in zip(*results):
-        assert torch.equal(a, b)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a, b)
     y = peal_torch.encode(q, tq, p["inv_freq"], damping=p["damping"])
     assert torch.equal(y[-1], peal_torch.encode(q[-1], tq[-1], p["inv_freq"], damping=p["damping"]))
 
@@ -281,6 +282,14 @@ def test_bad_input_raises():
         peal_torch.attention(q, k, v, tq, tk, torch.tensor([1.0, math.nan, 0.1], dtype=F64))
     with pytest.raises(ValueError):
         peal_torch.attention(q, k, v, tq, tk, inv, alibi_slopes=torch.ones(3, dtype=F64))
+    with pytest.raises(ValueError, match="threads"):
+        peal_torch.attention(q, k, v, tq, tk, inv, threads=-1)
+    with pytest.raises(ValueError, match="lse must be"):  # the module's own check of lse
+        o = peal_torch._ext.Options()
+        x = lambda t: t.detach().unsqueeze(0).numpy()  # noqa: E731
+        peal_torch._ext.attention_backward_float64(
+            x(q), x(tq), x(k), x(tk), x(v), inv.detach().numpy(), torch.zeros(3, dtype=F64).numpy(), False, o,
+            x(q[..., :6]), torch.zeros(1, 4, 6, dtype=F64).numpy(), x(q[..., :6]), peal_torch._ext.Wants())
     with pytest.raises(ValueError, match="layout"):
         peal_torch.encode(q, tq, inv, layout="rotate_half")
     with pytest.raises(ValueError, match="side"):
