@@ -1,15 +1,24 @@
 """peal_torch: peal's fused attention, linear attention and encode as PyTorch autograd functions.
 
-The encoding is a bank of rotations on the first 2n coordinates of each head (the rest pass
-through): pair i rotates by omega_i * t and, with a damping a_i, scales by exp(a_i * t), so
+The encoding is chosen at run time from three banks of blocks, laid on the coordinates of
+each head in this order (the rest pass through):
 
-    score(q, t; k, s) = q^T A(t - s) k,   A(tau) = diag(exp(a_i tau) R(omega_i tau)) (+) I.
+- n rotation pairs on the first 2n coordinates: pair i rotates by omega_i * t and, with a
+  damping a_i, scales by exp(a_i * t). a = 0 is RoPE with inv_freq = omega (HF's rotate_half
+  layout, "half_split", or the GPT-J/Meta "interleaved" one), a < 0 an xPos/RetNet-like damped
+  rotation;
+- m real blocks on the next m coordinates: coordinate r scales by exp(lambda_r * t) (a decay
+  for lambda < 0, a growth for lambda > 0);
+- j Jordan blocks of size 2 on the next 2j: the pair (x0, x1) of block b has
+  A(tau) = exp(mu_b tau) [[1, tau], [0, 1]], a score linear in the distance;
 
-a = 0 is RoPE with inv_freq = omega (HF's rotate_half layout, "half_split", or the
-GPT-J/Meta "interleaved" one), a < 0 an xPos/RetNet-like damped rotation. Gradients are
-exact and deterministic, for q, k, v, the frequencies, the dampings, the positions (learned
-or data-dependent timestamps), ALiBi slopes, attention sinks and linear attention's per-head
-decays: the backward kernels of include/peal/attention_backward.hpp,
+    score(q, t; k, s) = q^T A(t - s) k,
+    A(tau) = diag(exp(a_i tau) R(omega_i tau)) (+) diag(exp(lambda_r tau))
+             (+) diag(exp(mu_b tau) [[1, tau], [0, 1]]) (+) I.
+
+Gradients are exact and deterministic, for q, k, v, every block's parameters (frequencies,
+dampings, lambda, mu), the positions (learned or data-dependent timestamps), ALiBi slopes,
+attention sinks and linear attention's per-head decays: the backward kernels of include/peal/attention_backward.hpp,
 include/peal/linear_attention_backward.hpp and include/peal/encode_backward.hpp
 (docs/gradients.md).
 
@@ -61,14 +70,19 @@ def _np(x, dtype):
     return x.detach().to(dtype).contiguous().numpy()
 
 
-def _parameters(inv_freq, damping):
-    if inv_freq.dim() != 1:
-        raise ValueError("peal_torch: inv_freq must be 1-D (one frequency per rotary pair)")
-    if damping is None:
-        return inv_freq, None
-    if damping.shape != inv_freq.shape:
+def _parameters(inv_freq, damping, real_lambda, jordan_lambda):
+    """The four parameter tensors of the encoding (None: no such blocks, no damping)."""
+    if inv_freq is None:
+        if damping is not None:
+            raise ValueError("peal_torch: a damping needs inv_freq (one per rotary pair)")
+        inv_freq = torch.zeros(0, dtype=torch.float64)
+    for x, name in ((inv_freq, "inv_freq"), (real_lambda, "real_lambda"),
+                    (jordan_lambda, "jordan_lambda")):
+        if x is not None and x.dim() != 1:
+            raise ValueError(f"peal_torch: {name} must be 1-D (one entry per block)")
+    if damping is not None and damping.shape != inv_freq.shape:
         raise ValueError("peal_torch: damping must have inv_freq's shape")
-    return inv_freq, damping
+    return inv_freq, damping, real_lambda, jordan_lambda
 
 
 def _batched(x, name):
@@ -95,10 +109,29 @@ def _reduce_positions(g, t):
     return g.sum(0) if t.dim() == 1 else g
 
 
-def _parameter_arrays(omega, a):
-    """omega and a (zeros when None) as float64 NumPy arrays."""
-    a_ = torch.zeros_like(omega) if a is None else a
-    return _np(omega, torch.float64), _np(a_, torch.float64)
+def _blocks(omega, a, real, jordan, interleaved):
+    """The encoding for the kernels: each parameter as a float64 NumPy array (a: zeros when
+    None; real, jordan: no blocks when None)."""
+    b = _ext.Blocks()
+    none = torch.zeros(0, dtype=torch.float64)
+    b.omega = _np(omega, torch.float64)
+    b.a = _np(torch.zeros_like(omega) if a is None else a, torch.float64)
+    b.real = _np(none if real is None else real, torch.float64)
+    b.jordan = _np(none if jordan is None else jordan, torch.float64)
+    b.interleaved = interleaved
+    return b
+
+
+def _parameter_gradients(g, need, params):
+    """The gradients of params = (omega, a, real, jordan) from g, their float64 gradient
+    [omega, a, real, jordan] (None for those not needed or absent)."""
+    out, at = [], 0
+    n = params[0].shape[0]
+    for x, wanted, size in zip(params, need, (n, n, None, None)):
+        size = 0 if x is None else x.shape[0] if size is None else size
+        out.append(g[at:at + size].to(x.dtype) if wanted and x is not None else None)
+        at += size
+    return out
 
 
 def _attention_inputs(q, k, v, tq, tk):
@@ -120,21 +153,18 @@ def _unbatched(x, batched):
     return x if batched else x[0]
 
 
-def _common_gradients(res, w, need, batched, dtype, tq, tk, omega, a):
-    """dq, dk, dv (in dtype, q's), d_tq, d_tk, d_omega, d_a from the first six results of a
-    backward over the batch (q, k, v [B, ...], the parameters [omega then a] summed over it,
-    tq, tk [B, n]); need[5], need[6]: omega's and a's."""
+def _common_gradients(res, w, need, batched, dtype, tq, tk, params):
+    """dq, dk, dv (in dtype, q's), d_tq, d_tk and the gradients of params (omega, a, real,
+    jordan) from the first six results of a backward over the batch (q, k, v [B, ...], the
+    parameters [omega, a, real, jordan] summed over it, tq, tk [B, n]); need[5:9]: the
+    parameters'."""
     dq, dk, dv = (_unbatched(_tensor(res[i]).to(dtype), batched) if wanted else None
                   for i, wanted in enumerate((w.q, w.k, w.v)))
     dtq = _reduce_positions(_tensor(res[4]), tq) if w.tq else None
     dtk = _reduce_positions(_tensor(res[5]), tk) if w.tk else None
-    d_omega = d_a = None
-    if w.parameters:
-        g = _tensor(res[3])
-        n = omega.shape[0]
-        d_omega = g[:n].to(omega.dtype) if need[5] else None
-        d_a = g[n:].to(a.dtype) if need[6] else None
-    return dq, dk, dv, dtq, dtk, d_omega, d_a
+    d_par = (_parameter_gradients(_tensor(res[3]), need[5:9], params) if w.parameters
+             else [None] * 4)
+    return (dq, dk, dv, dtq, dtk, *d_par)
 
 
 @dataclass(frozen=True)
@@ -161,18 +191,18 @@ def _options(cfg, slopes, sinks):
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, tq, tk, omega, a, slopes, sinks, cfg):
+    def forward(ctx, q, k, v, tq, tk, omega, a, real, jordan, slopes, sinks, cfg):
         kd, name = _kernels(q)
         if not q.dtype == k.dtype == v.dtype:
             raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
         qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
-        om, an = _parameter_arrays(omega, a)
+        blocks = _blocks(omega, a, real, jordan, cfg.interleaved)
         opt = _options(cfg, slopes, sinks)
         out, lse = getattr(_ext, "attention_forward_" + name)(
             _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
-            om, an, cfg.interleaved, opt)
+            blocks, opt)
         out, lse = torch.from_numpy(out), torch.from_numpy(lse)
-        ctx.save_for_backward(q, k, v, tq, tk, omega, a, slopes, sinks)
+        ctx.save_for_backward(q, k, v, tq, tk, omega, a, real, jordan, slopes, sinks)
         # Batched, in the kernels' dtype (a float16 or bfloat16 call keeps its float32 out: the
         # backward's D_i = dO_i . out_i without the output's rounding); read, never written.
         ctx.forward_results = (out, lse)
@@ -186,28 +216,28 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, _d_lse):
-        q, k, v, tq, tk, omega, a, slopes, sinks = ctx.saved_tensors
+        q, k, v, tq, tk, omega, a, real, jordan, slopes, sinks = ctx.saved_tensors
         out, lse = ctx.forward_results
         cfg = ctx.cfg
         kd, name = _kernels(q)
         need = ctx.needs_input_grad
         qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
         dob = d_out if ctx.batched else d_out.unsqueeze(0)
-        om, an = _parameter_arrays(omega, a)
+        blocks = _blocks(omega, a, real, jordan, cfg.interleaved)
         opt = _options(cfg, slopes, sinks)
         w = _ext.Wants()
         w.q, w.k, w.v = need[0], need[1], need[2]
         w.tq, w.tk = need[3], need[4]
-        w.parameters = need[5] or need[6]
-        w.slopes, w.sinks = need[7], need[8]
+        w.parameters = any(need[5:9])
+        w.slopes, w.sinks = need[9], need[10]
         res = getattr(_ext, "attention_backward_" + name)(
             _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
-            om, an, cfg.interleaved, opt, _np(out, kd), _np(lse, torch.float64), _np(dob, kd), w)
-        dq, dk, dv, dtq, dtk, d_omega, d_a = _common_gradients(res, w, need, ctx.batched, q.dtype,
-                                                               tq, tk, omega, a)
+            blocks, opt, _np(out, kd), _np(lse, torch.float64), _np(dob, kd), w)
+        grads = _common_gradients(res, w, need, ctx.batched, q.dtype, tq, tk,
+                                  (omega, a, real, jordan))
         d_slopes = _tensor(res[6]).to(slopes.dtype) if w.slopes else None
         d_sinks = _tensor(res[7]).to(sinks.dtype) if w.sinks else None
-        return dq, dk, dv, dtq, dtk, d_omega, d_a, d_slopes, d_sinks, None
+        return (*grads, d_slopes, d_sinks, None)
 
 
 @dataclass(frozen=True)
@@ -233,81 +263,77 @@ def _linear_options(cfg, decay):
 
 class _LinearAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, tq, tk, omega, a, decay, cfg):
+    def forward(ctx, q, k, v, tq, tk, omega, a, real, jordan, decay, cfg):
         kd, name = _kernels(q)
         if not q.dtype == k.dtype == v.dtype:
             raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
         qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
-        om, an = _parameter_arrays(omega, a)
+        blocks = _blocks(omega, a, real, jordan, cfg.interleaved)
         opt = _linear_options(cfg, decay)
         out = torch.from_numpy(getattr(_ext, "linear_forward_" + name)(
             _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
-            om, an, cfg.interleaved, opt)).to(q.dtype)
-        ctx.save_for_backward(q, k, v, tq, tk, omega, a, decay)
+            blocks, opt)).to(q.dtype)
+        ctx.save_for_backward(q, k, v, tq, tk, omega, a, real, jordan, decay)
         ctx.cfg = cfg
         ctx.batched = batched
         return out if batched else out[0]
 
     @staticmethod
     def backward(ctx, d_out):
-        q, k, v, tq, tk, omega, a, decay = ctx.saved_tensors
+        q, k, v, tq, tk, omega, a, real, jordan, decay = ctx.saved_tensors
         cfg = ctx.cfg
         kd, name = _kernels(q)
         need = ctx.needs_input_grad
         qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
         dob = d_out if ctx.batched else d_out.unsqueeze(0)
-        om, an = _parameter_arrays(omega, a)
+        blocks = _blocks(omega, a, real, jordan, cfg.interleaved)
         opt = _linear_options(cfg, decay)
         w = _ext.Wants()
         w.q, w.k, w.v = need[0], need[1], need[2]
         w.tq, w.tk = need[3], need[4]
-        w.parameters = need[5] or need[6]
-        w.decay = need[7]
+        w.parameters = any(need[5:9])
+        w.decay = need[9]
         res = getattr(_ext, "linear_backward_" + name)(
             _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
-            om, an, cfg.interleaved, opt, _np(dob, kd), w)
-        dq, dk, dv, dtq, dtk, d_omega, d_a = _common_gradients(res, w, need, ctx.batched, q.dtype,
-                                                               tq, tk, omega, a)
+            blocks, opt, _np(dob, kd), w)
+        grads = _common_gradients(res, w, need, ctx.batched, q.dtype, tq, tk,
+                                  (omega, a, real, jordan))
         d_decay = _tensor(res[6]).to(decay.dtype) if w.decay else None
-        return dq, dk, dv, dtq, dtk, d_omega, d_a, d_decay, None
+        return (*grads, d_decay, None)
 
 
 class _Encode(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, t, omega, a, interleaved, query):
+    def forward(ctx, x, t, omega, a, real, jordan, interleaved, query):
         kd, name = _kernels(x)
         xb, batched = _batched(x, "x")
         pt = _positions(t, xb.shape[0], xb.shape[1], "t")
-        om, an = _parameter_arrays(omega, a)
+        blocks = _blocks(omega, a, real, jordan, interleaved)
         y = torch.from_numpy(getattr(_ext, "encode_forward_" + name)(
-            _np(xb, kd), _np(pt, torch.float64), om, an, interleaved, query)).to(x.dtype)
-        ctx.save_for_backward(x, t, omega, a)
+            _np(xb, kd), _np(pt, torch.float64), blocks, query)).to(x.dtype)
+        ctx.save_for_backward(x, t, omega, a, real, jordan)
         ctx.settings = (interleaved, query, batched)
         return _unbatched(y, batched)
 
     @staticmethod
     def backward(ctx, dy):
-        x, t, omega, a = ctx.saved_tensors
+        x, t, omega, a, real, jordan = ctx.saved_tensors
         interleaved, query, batched = ctx.settings
         need = ctx.needs_input_grad
         kd, name = _kernels(x)
         xb, _ = _batched(x, "x")
         dyb = dy if batched else dy.unsqueeze(0)
         pt = _positions(t, xb.shape[0], xb.shape[1], "t")
-        om, an = _parameter_arrays(omega, a)
-        want_par = need[2] or need[3]
+        blocks = _blocks(omega, a, real, jordan, interleaved)
+        want_par = any(need[2:6])
         dx, gp, gt = getattr(_ext, "encode_backward_" + name)(
-            _np(xb, kd), _np(pt, torch.float64), om, an, interleaved, query, _np(dyb, kd), need[0],
-            want_par, need[1])
+            _np(xb, kd), _np(pt, torch.float64), blocks, query, _np(dyb, kd), need[0], want_par,
+            need[1])
         dx = _unbatched(_tensor(dx).to(x.dtype), batched) if need[0] else None
         dt = _reduce_positions(_tensor(gt), t) if need[1] else None
-        d_omega = d_a = None
-        if want_par:
-            g = _tensor(gp)
-            n = omega.shape[0]
-            d_omega = g[:n].to(omega.dtype) if need[2] else None
-            d_a = g[n:].to(a.dtype) if need[3] else None
-        return dx, dt, d_omega, d_a, None, None
+        d_par = (_parameter_gradients(_tensor(gp), need[2:6], (omega, a, real, jordan))
+                 if want_par else [None] * 4)
+        return (dx, dt, *d_par, None, None)
 
 
 def _layout(layout):
@@ -316,15 +342,17 @@ def _layout(layout):
     return layout == "interleaved"
 
 
-def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", causal=False,
-              window=None, alibi_slopes=None, softcap=0.0, sinks=None, scale=None, threads=0,
-              return_lse=False):
-    """Softmax attention with the rotation bank (inv_freq, damping) applied to q and k.
+def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
+              jordan_lambda=None, layout="half_split", causal=False, window=None, alibi_slopes=None,
+              softcap=0.0, sinks=None, scale=None, threads=0, return_lse=False):
+    """Softmax attention with the encoding's blocks applied to q and k (the module's doc).
 
     q [nq, Hq, d], k [nk, Hk, d], v [nk, Hk, dv] (Hq a multiple of Hk: grouped-query heads),
     or each with a leading batch dimension; tq [nq] and tk [nk] positions (any real numbers,
-    float64 inside), or [batch, n]. inv_freq (and damping, same shape) act on the first
-    2 * len(inv_freq) coordinates of each head. Options as peal::AttentionOptions
+    float64 inside), or [batch, n]. The encoding's parameters, each 1-D and each may be None
+    (no such blocks): inv_freq (and damping, same shape) on the first 2 * len(inv_freq)
+    coordinates of each head, real_lambda on the next len(real_lambda), jordan_lambda (Jordan
+    blocks of size 2) on the next 2 * len(jordan_lambda); the rest pass through. Options as peal::AttentionOptions
     (include/peal/attention.hpp): causal (mask s_j > t_i), window (mask t_i - s_j >= window),
     alibi_slopes [Hq] (adds -m_h (t_i - s_j)), softcap c (c tanh(x / c)), sinks [Hq] (e^{sigma_h}
     joins each row's denominator), scale (default 1/sqrt(d)). threads (0: OpenMP's maximum):
@@ -333,16 +361,17 @@ def attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", c
     may require grad. Returns out [nq, Hq, dv] (and lse [nq, Hq], natural log, with return_lse).
     """
     interleaved = _layout(layout)
-    inv_freq, damping = _parameters(inv_freq, damping)
+    params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
     cfg = _Settings(interleaved, bool(causal), math.inf if window is None else float(window),
                     float(softcap), None if scale is None else float(scale), int(threads))
-    out, lse = _Attention.apply(q, k, v, tq, tk, inv_freq, damping, alibi_slopes, sinks, cfg)
+    out, lse = _Attention.apply(q, k, v, tq, tk, *params, alibi_slopes, sinks, cfg)
     return (out, lse) if return_lse else out
 
 
-def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_split", decay=None,
-                     scale=None, form="automatic", chunk=0, threads=0, normalization="none"):
-    """Causal linear attention (retention) with the rotation bank (inv_freq, damping):
+def linear_attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
+                     jordan_lambda=None, layout="half_split", decay=None, scale=None,
+                     form="automatic", chunk=0, threads=0, normalization="none"):
+    """Causal linear attention (retention) with the encoding's blocks (as attention()'s):
 
         out_i = scale sum_{s_j <= t_i} decay_h^(t_i - s_j) (q_i^T A(t_i - s_j) k_j) v_j,
 
@@ -364,14 +393,16 @@ def linear_attention(q, k, v, tq, tk, inv_freq, *, damping=None, layout="half_sp
     square roots (decay, tq, tk).
     """
     interleaved = _layout(layout)
-    inv_freq, damping = _parameters(inv_freq, damping)
+    params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
     cfg = _LinearSettings(interleaved, None if scale is None else float(scale), str(form), int(chunk),
                           int(threads), str(normalization))
-    return _LinearAttention.apply(q, k, v, tq, tk, inv_freq, damping, decay, cfg)
+    return _LinearAttention.apply(q, k, v, tq, tk, *params, decay, cfg)
 
 
-def encode(x, t, inv_freq, *, damping=None, layout="half_split", side="query"):
-    """The encoded rows: F(t) x for side="query", G(t) x for side="key".
+def encode(x, t, inv_freq=None, *, damping=None, real_lambda=None, jordan_lambda=None,
+           layout="half_split", side="query"):
+    """The encoded rows: F(t) x = A(t)^T x for side="query", G(t) x = A(-t) x for side="key"
+    (the encoding's blocks as attention()'s).
 
     For RoPE (no damping) both are HF's apply_rotary_pos_emb of x at positions t; with a
     damping the query side is scaled by exp(a t) and the key side by exp(-a t), so that
@@ -380,5 +411,5 @@ def encode(x, t, inv_freq, *, damping=None, layout="half_split", side="query"):
     if side not in ("query", "key"):
         raise ValueError(f"peal_torch: side must be 'query' or 'key', got {side!r}")
     interleaved = _layout(layout)
-    inv_freq, damping = _parameters(inv_freq, damping)
-    return _Encode.apply(x, t, inv_freq, damping, interleaved, side == "query")
+    params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
+    return _Encode.apply(x, t, *params, interleaved, side == "query")

@@ -1,18 +1,24 @@
 // _peal_torch: the compiled half of the PyTorch op (python/peal_torch/__init__.py holds the
 // autograd glue). peal's fused attention, linear attention and encode, forward and backward,
-// for a rotation
-// bank with learnable frequencies ω and dampings a (RoPE: a = 0; xPos / RetNet-like: a < 0)
-// on the first 2n coordinates of each head and the identity on the rest:
+// for an encoding chosen at run time from three banks of learnable blocks, in this order on the
+// coordinates of each head, and the identity on the rest:
 //
-//     A(τ) = diag(e^{a_i τ} R(ω_i τ)) ⊕ I,   the encoding BlockDiagonal<Bank<RotationBlock>,
-//     PassThrough> that peal::RopeEncoding is (include/peal/presets/rope.hpp),
+//     A(τ) = diag(e^{a_i τ} R(ω_i τ)) ⊕ diag(e^{λ_r τ}) ⊕ diag(e^{μ_j τ} [[1, τ], [0, 1]]) ⊕ I,
 //
-// over NumPy arrays that share memory with the torch tensors (inputs c-contiguous, converted
-// when they are not; outputs allocated here), a whole batch [batch, tokens, heads, dim] per
-// call (over_batch: its elements side by side on the threads). Bad input raises ValueError
-// (peal::invalid_argument): each element's kernel checks its inputs before it writes, and the
-// outputs are new arrays, dropped when any element throws. The GIL is released while the
-// kernels run.
+// rotation pairs (ω, a) on the first 2n coordinates (RoPE: a = 0; xPos / RetNet-like: a < 0;
+// half-split or interleaved), real blocks λ (decay, growth or constant) on the next m, Jordan
+// blocks of size 2 with eigenvalue μ (a score linear in the distance, times e^{μτ}) on the
+// next 2j: the encoding BlockDiagonal<Bank<RotationBlock>, Bank<RealBlock>,
+// Bank<JordanBlock<2>>, PassThrough> (docs/design.md §1; a bank of zero blocks is empty).
+// RoPE is the case m = j = 0, the encoding peal::RopeEncoding is
+// (include/peal/presets/rope.hpp) with an empty real and Jordan bank.
+//
+// The kernels run over NumPy arrays that share memory with the torch tensors (inputs
+// c-contiguous, converted when they are not; outputs allocated here), a whole batch
+// [batch, tokens, heads, dim] per call (over_batch: its elements side by side on the threads).
+// Bad input raises ValueError (peal::invalid_argument): each element's kernel checks its inputs
+// before it writes, and the outputs are new arrays, dropped when any element throws. The GIL is
+// released while the kernels run.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -28,9 +34,11 @@
 #include <peal/detail/parallel.hpp>
 #include <peal/encode.hpp>
 #include <peal/encode_backward.hpp>
+#include <peal/jordan_block.hpp>
 #include <peal/linear_attention.hpp>
 #include <peal/linear_attention_backward.hpp>
 #include <peal/parameters.hpp>
+#include <peal/real_block.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +47,9 @@ namespace py = pybind11;
 
 namespace {
 
-using Encoding = peal::BlockDiagonal<peal::Bank<peal::RotationBlock<double>>, peal::PassThrough<double>>;
+using Encoding =
+    peal::BlockDiagonal<peal::Bank<peal::RotationBlock<double>>, peal::Bank<peal::RealBlock<double>>,
+                        peal::Bank<peal::JordanBlock<2, double>>, peal::PassThrough<double>>;
 template <class T>
 using In = py::array_t<T, py::array::c_style | py::array::forcecast>;
 using peal::Index;
@@ -181,7 +191,7 @@ struct BatchGradients {
   std::vector<double>* tq_of(Index b) { return w.tq ? &tq[std::size_t(b)] : nullptr; }
   std::vector<double>* tk_of(Index b) { return w.tk ? &tk[std::size_t(b)] : nullptr; }
 
-  // [dq, dk, dv, d_parameters [ω then a] summed over the batch, d_tq [B, nq], d_tk [B, nk]].
+  // [dq, dk, dv, d_parameters [ω, a, λ, μ] summed over the batch, d_tq [B, nq], d_tk [B, nk]].
   py::list results() const {
     py::list r;
     r.append(maybe(w.q, dq));
@@ -194,19 +204,35 @@ struct BatchGradients {
   }
 };
 
-// ω_i and a_i (n each, n >= 1, 2n <= head_dim) on the first 2n coordinates, in `layout`.
-Encoding encoding(const In<double>& omega, const In<double>& a, Index head_dim, bool interleaved) {
-  if (omega.ndim() != 1 || a.ndim() != 1 || omega.shape(0) != a.shape(0) || omega.shape(0) < 1)
-    fail("omega and a must be 1-D with the same number (>= 1) of rotary pairs");
-  const Index n = Index(omega.shape(0));
-  if (2 * n > head_dim)
-    fail(std::to_string(n) + " rotary pairs do not fit a head of " + std::to_string(head_dim));
-  std::vector<peal::RotationBlock<double>> blocks;
-  blocks.reserve(std::size_t(n));
-  for (Index i = 0; i < n; ++i) blocks.emplace_back(omega.data()[i], a.data()[i]);
-  return Encoding(peal::Bank<peal::RotationBlock<double>>(
-                      blocks, interleaved ? peal::Layout::Interleaved : peal::Layout::HalfSplit),
-                  peal::PassThrough<double>(int(head_dim - 2 * n)));
+// The encoding's parameters as the Python side gives them (float64, 1-D): ω and a (n each),
+// λ of the real blocks (m), μ of the Jordan blocks (j); the rotation pairs' layout.
+struct Blocks {
+  In<double> omega, a, real, jordan;
+  bool interleaved = false;
+};
+
+// Each bank from its parameters, in the order of Blocks (2n + m + 2j <= head_dim); the
+// parameter gradients come back in the same order: [ω, a, λ, μ].
+Encoding encoding(const Blocks& p, Index head_dim) {
+  for (const In<double>* x : {&p.omega, &p.a, &p.real, &p.jordan})
+    if (x->ndim() != 1) fail("omega, a, real and jordan must be 1-D");
+  if (p.omega.shape(0) != p.a.shape(0)) fail("omega and a must have one entry per rotary pair");
+  const Index n = Index(p.omega.shape(0)), m = Index(p.real.shape(0)), j = Index(p.jordan.shape(0));
+  if (2 * n + m + 2 * j > head_dim)
+    fail(std::to_string(n) + " rotary pairs, " + std::to_string(m) + " real blocks and " +
+         std::to_string(j) + " Jordan blocks (" + std::to_string(2 * n + m + 2 * j) +
+         " coordinates) do not fit a head of " + std::to_string(head_dim));
+  std::vector<peal::RotationBlock<double>> rot;
+  for (Index i = 0; i < n; ++i) rot.emplace_back(p.omega.data()[i], p.a.data()[i]);
+  std::vector<peal::RealBlock<double>> real;
+  for (Index i = 0; i < m; ++i) real.emplace_back(p.real.data()[i]);
+  std::vector<peal::JordanBlock<2, double>> jordan;
+  for (Index i = 0; i < j; ++i) jordan.emplace_back(p.jordan.data()[i]);
+  return Encoding(
+      peal::Bank<peal::RotationBlock<double>>(
+          rot, p.interleaved ? peal::Layout::Interleaved : peal::Layout::HalfSplit),
+      peal::Bank<peal::RealBlock<double>>(real), peal::Bank<peal::JordanBlock<2, double>>(jordan),
+      peal::PassThrough<double>(int(head_dim - 2 * n - m - 2 * j)));
 }
 
 struct Options {
@@ -233,11 +259,11 @@ struct Options {
 // out [B, nq, Hq, dv] and lse [B, nq, Hq] (float64).
 template <class T>
 py::tuple attention_forward(const In<T>& q, const In<double>& tq, const In<T>& k,
-                            const In<double>& tk, const In<T>& v, const In<double>& omega,
-                            const In<double>& a, bool interleaved, const Options& o) {
+                            const In<double>& tk, const In<T>& v, const Blocks& blocks,
+                            const Options& o) {
   const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v");
   same_batch(qb.batch, kb.batch, vb.batch);
-  const Encoding enc = encoding(omega, a, qb.dim, interleaved);
+  const Encoding enc = encoding(blocks, qb.dim);
   const peal::AttentionOptions opt = o.attention();
   const Index B = qb.batch;
   auto out = empty_batch<T>(B, qb.tokens, qb.heads, vb.dim);
@@ -257,12 +283,11 @@ py::tuple attention_forward(const In<T>& q, const In<double>& tq, const In<T>& k
   return py::make_tuple(out, lse);
 }
 
-// (dq, dk, dv [B, n, H, ·], d_parameters [ω then a] summed over the batch, d_tq [B, nq],
+// (dq, dk, dv [B, n, H, ·], d_parameters [ω, a, λ, μ] summed over the batch, d_tq [B, nq],
 // d_tk [B, nk], d_slopes, d_sinks summed); None where not wanted.
 template <class T>
 py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
-                             const In<double>& tk, const In<T>& v, const In<double>& omega,
-                             const In<double>& a, bool interleaved, const Options& o,
+                             const In<double>& tk, const In<T>& v, const Blocks& blocks, const Options& o,
                              const In<T>& out, const In<double>& lse, const In<T>& d_out,
                              const Wants& w) {
   const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v");
@@ -270,7 +295,7 @@ py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& 
   same_batch(qb.batch, kb.batch, vb.batch);
   const Index B = qb.batch;
   if (outb.batch != B || dob.batch != B) fail("out and d_out must have q's batch size");
-  const Encoding enc = encoding(omega, a, qb.dim, interleaved);
+  const Encoding enc = encoding(blocks, qb.dim);
   const peal::AttentionOptions opt = o.attention();
   if (lse.ndim() != 3 || lse.shape(0) != B || lse.shape(1) != qb.tokens || lse.shape(2) != qb.heads)
     fail("lse must be [batch, tokens, heads] of q");
@@ -336,12 +361,12 @@ struct LinearOptions {
 // [B, nq, Hq, dv].
 template <class T>
 py::array_t<T> linear_forward(const In<T>& q, const In<double>& tq, const In<T>& k,
-                              const In<double>& tk, const In<T>& v, const In<double>& omega,
-                              const In<double>& a, bool interleaved, const LinearOptions& o) {
+                              const In<double>& tk, const In<T>& v, const Blocks& blocks,
+                              const LinearOptions& o) {
   const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v");
   same_batch(qb.batch, kb.batch, vb.batch);
   const Index B = qb.batch;
-  const Encoding enc = encoding(omega, a, qb.dim, interleaved);
+  const Encoding enc = encoding(blocks, qb.dim);
   const peal::LinearAttentionOptions opt = o.linear();
   auto out = empty_batch<T>(B, qb.tokens, qb.heads, vb.dim);
   const auto ob = batch(out);
@@ -357,18 +382,18 @@ py::array_t<T> linear_forward(const In<T>& q, const In<double>& tq, const In<T>&
   return out;
 }
 
-// (dq, dk, dv, d_parameters [ω then a] summed, d_tq, d_tk, d_decay summed); None where not
+// (dq, dk, dv, d_parameters [ω, a, λ, μ] summed, d_tq, d_tk, d_decay summed); None where not
 // wanted.
 template <class T>
 py::tuple linear_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
-                          const In<double>& tk, const In<T>& v, const In<double>& omega,
-                          const In<double>& a, bool interleaved, const LinearOptions& o,
+                          const In<double>& tk, const In<T>& v, const Blocks& blocks,
+                          const LinearOptions& o,
                           const In<T>& d_out, const Wants& w) {
   const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v"), dob = batch(d_out, "d_out");
   same_batch(qb.batch, kb.batch, vb.batch);
   const Index B = qb.batch;
   if (dob.batch != B) fail("d_out must have q's batch size");
-  const Encoding enc = encoding(omega, a, qb.dim, interleaved);
+  const Encoding enc = encoding(blocks, qb.dim);
   const peal::LinearAttentionOptions opt = o.linear();
   const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
   BatchGradients<T> g(w, qb, kb, vb, std::size_t(peal::parameter_count(enc)));
@@ -394,10 +419,9 @@ py::tuple linear_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
 // F(t) x (query) or G(t) x (key), out of place: [B, n, H, d]. Encode is memory-bound: the
 // batch runs on one thread, as before.
 template <class T>
-py::array_t<T> encode_forward(const In<T>& x, const In<double>& t, const In<double>& omega,
-                              const In<double>& a, bool interleaved, bool query) {
+py::array_t<T> encode_forward(const In<T>& x, const In<double>& t, const Blocks& blocks, bool query) {
   const auto xb = batch(x, "x");
-  const Encoding enc = encoding(omega, a, xb.dim, interleaved);
+  const Encoding enc = encoding(blocks, xb.dim);
   auto y = empty_batch<T>(xb.batch, xb.tokens, xb.heads, xb.dim);
   const auto yb = batch(y);
   const auto p = positions(t, "t", xb.batch, xb.tokens);
@@ -413,15 +437,15 @@ py::array_t<T> encode_forward(const In<T>& x, const In<double>& t, const In<doub
   return y;
 }
 
-// (dx, d_parameters [ω then a] summed, d_t [B, n]); None where not wanted.
+// (dx, d_parameters [ω, a, λ, μ] summed, d_t [B, n]); None where not wanted.
 template <class T>
-py::tuple encode_backward(const In<T>& x, const In<double>& t, const In<double>& omega,
-                          const In<double>& a, bool interleaved, bool query, const In<T>& dy,
+py::tuple encode_backward(const In<T>& x, const In<double>& t, const Blocks& blocks, bool query,
+                          const In<T>& dy,
                           bool want_x, bool want_parameters, bool want_t) {
   const auto xb = batch(x, "x"), dyb = batch(dy, "dy");
   if (dyb.batch != xb.batch) fail("dy must have x's batch size");
   const Index B = xb.batch;
-  const Encoding enc = encoding(omega, a, xb.dim, interleaved);
+  const Encoding enc = encoding(blocks, xb.dim);
   auto dx = empty_batch<T>(B, want_x ? xb.tokens : 0, xb.heads, xb.dim);
   const auto dxb = batch(dx);
   std::vector<double> g_par(std::size_t(peal::parameter_count(enc)));
@@ -458,8 +482,15 @@ void bind_storage(py::module_& m, const std::string& dtype) {
 }  // namespace
 
 PYBIND11_MODULE(_peal_torch, m) {
-  m.doc() = "peal's fused rotation-bank attention, linear attention and encode, forward and "
+  m.doc() = "peal's fused attention, linear attention and encode, forward and "
             "backward (the compiled half of peal_torch)";
+  py::class_<Blocks>(m, "Blocks")
+      .def(py::init<>())
+      .def_readwrite("omega", &Blocks::omega)
+      .def_readwrite("a", &Blocks::a)
+      .def_readwrite("real", &Blocks::real)
+      .def_readwrite("jordan", &Blocks::jordan)
+      .def_readwrite("interleaved", &Blocks::interleaved);
   py::class_<Options>(m, "Options")
       .def(py::init<>())
       .def_readwrite("causal", &Options::causal)

@@ -288,7 +288,7 @@ def test_bad_input_raises():
         o = peal_torch._ext.Options()
         x = lambda t: t.detach().unsqueeze(0).numpy()  # noqa: E731
         peal_torch._ext.attention_backward_float64(
-            x(q), x(tq), x(k), x(tk), x(v), inv.detach().numpy(), torch.zeros(3, dtype=F64).numpy(), False, o,
+            x(q), x(tq), x(k), x(tk), x(v), peal_torch._blocks(inv, None, None, None, False), o,
             x(q[..., :6]), torch.zeros(1, 4, 6, dtype=F64).numpy(), x(q[..., :6]), peal_torch._ext.Wants())
     with pytest.raises(ValueError, match="layout"):
         peal_torch.encode(q, tq, inv, layout="rotate_half")

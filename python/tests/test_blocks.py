@@ -1,0 +1,246 @@
+"""peal_torch with real blocks and Jordan blocks beside the rotation pairs (real_lambda,
+jordan_lambda): the encoding A(tau) = rotations (+) diag(e^{lambda tau}) (+) Jordan-2 blocks
+e^{mu tau} [[1, tau], [0, 1]] (+) I, chosen at run time.
+
+- gradcheck in float64 for attention, linear attention and encode, every parameter at once;
+- float64 values and gradients against reference.py, whose encode writes F(t) = A(t)^T and
+  G(s) = A(-s) of each block out by hand;
+- each gradient lands on its own parameter (a call that wants only mu's);
+- the Jordan block with mu = 0 and two fixed components reproduces the ALiBi option;
+- float32 no less accurate than PyTorch's float32 run of the same formula;
+- bad input raises ValueError.
+"""
+
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peal_torch  # noqa: E402
+import reference  # noqa: E402
+
+torch.manual_seed(7)
+F64 = torch.float64
+F32_ULP = 2.0 ** -23
+
+
+def rnd(*shape, dtype=F64, grad=True):
+    return torch.randn(*shape, dtype=dtype).requires_grad_(grad)
+
+
+def param(values, grad=True):
+    return torch.tensor(values, dtype=F64, requires_grad=grad)
+
+
+def problem(nq=6, nk=7, Hq=4, Hk=2, d=12, dv=5, start=3.0):
+    """Two rotation pairs (4 coordinates), two real blocks, two Jordan blocks (4), two passed."""
+    tq = (torch.arange(nq, dtype=F64) + start + 0.37 * torch.rand(nq, dtype=F64)).requires_grad_()
+    tk = (torch.arange(nk, dtype=F64) + 0.37 * torch.rand(nk, dtype=F64)).requires_grad_()
+    return dict(q=rnd(nq, Hq, d), k=rnd(nk, Hk, d), v=rnd(nk, Hk, dv), tq=tq, tk=tk,
+                inv_freq=param([0.7, 0.05]), damping=param([-0.03, 0.0]),
+                real_lambda=param([-0.2, 0.04]), jordan_lambda=param([-0.1, 0.0]))
+
+
+NAMES = ["q", "k", "v", "tq", "tk", "inv_freq", "damping", "real_lambda", "jordan_lambda"]
+
+
+def runner(fn, layout, **options):
+    def f(q, k, v, tq, tk, inv_freq, damping, real_lambda, jordan_lambda):
+        return fn(q, k, v, tq, tk, inv_freq, damping=damping, real_lambda=real_lambda,
+                  jordan_lambda=jordan_lambda, layout=layout, **options)
+    return f
+
+
+ATTENTION_OPTIONS = {
+    "plain": dict(),
+    "everything": dict(causal=True, window=5.0, softcap=3.0, scale=0.3,
+                       alibi_slopes=torch.tensor([0.1, 0.2, 0.05, 0.3], dtype=F64),
+                       sinks=torch.tensor([0.5, -1.0, 0.0, 0.2], dtype=F64)),
+}
+
+
+@pytest.mark.parametrize("layout", ["half_split", "interleaved"])
+@pytest.mark.parametrize("options", list(ATTENTION_OPTIONS))
+def test_attention_gradcheck(layout, options):
+    p = problem()
+    f = runner(peal_torch.attention, layout, **ATTENTION_OPTIONS[options])
+    assert torch.autograd.gradcheck(f, [p[n] for n in NAMES], eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("layout", ["half_split", "interleaved"])
+@pytest.mark.parametrize("options", list(ATTENTION_OPTIONS))
+def test_attention_matches_reference_float64(layout, options):
+    p = problem(nq=9, nk=11)
+    tensors = [p[n] for n in NAMES]
+    ours = runner(peal_torch.attention, layout, **ATTENTION_OPTIONS[options])(*tensors)
+    ref = runner(reference.attention, layout, **ATTENTION_OPTIONS[options])(*tensors)
+    assert torch.allclose(ours, ref, rtol=1e-10, atol=1e-12)
+    d_out = torch.randn_like(ours)
+    for name, a, b in zip(NAMES, torch.autograd.grad(ours, tensors, d_out),
+                          torch.autograd.grad(ref, tensors, d_out)):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-11 * (1 + b.abs().max())), name
+
+
+@pytest.mark.parametrize("form", ["parallel", "chunkwise", "recurrent"])
+def test_linear_attention_gradcheck_and_reference(form):
+    p = problem(Hk=4)
+    decay = torch.tensor([0.9, 0.97, 0.8, 0.95], dtype=F64, requires_grad=True)
+    tensors = [p[n] for n in NAMES] + [decay]
+
+    def run(fn, **kw):
+        def f(*xs):
+            return runner(fn, "half_split", decay=xs[-1], **kw)(*xs[:-1])
+        return f
+    ours = run(peal_torch.linear_attention, form=form, chunk=3)
+    assert torch.autograd.gradcheck(ours, tensors, eps=1e-6, atol=1e-7)
+    y, y_ref = ours(*tensors), run(reference.linear_attention)(*tensors)
+    assert torch.allclose(y, y_ref, rtol=1e-10, atol=1e-12)
+    d_out = torch.randn_like(y)
+    for name, a, b in zip(NAMES + ["decay"], torch.autograd.grad(y, tensors, d_out),
+                          torch.autograd.grad(y_ref, tensors, d_out)):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-11 * (1 + b.abs().max())), name
+
+
+@pytest.mark.parametrize("side", ["query", "key"])
+def test_encode_gradcheck_and_reference(side):
+    p = problem()
+    x, t = p["q"], p["tq"]
+    names = ["inv_freq", "damping", "real_lambda", "jordan_lambda"]
+    tensors = [x, t] + [p[n] for n in names]
+
+    def f(x, t, inv, damping, real_lambda, jordan_lambda):
+        return peal_torch.encode(x, t, inv, damping=damping, real_lambda=real_lambda,
+                                 jordan_lambda=jordan_lambda, side=side)
+    assert torch.autograd.gradcheck(f, tensors)
+    ours = f(*tensors)
+    ref = reference.encode(x, t, p["inv_freq"], p["damping"], "half_split", side,
+                           p["real_lambda"], p["jordan_lambda"])
+    assert torch.allclose(ours, ref, rtol=1e-12, atol=1e-13)
+    g = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad(ours, tensors, g), torch.autograd.grad(ref, tensors, g)):
+        assert torch.allclose(a, b, rtol=1e-11, atol=1e-12)
+
+
+def test_encodings_pair_to_the_score():
+    # F(t) q . G(s) k = q^T A(t - s) k, with A(tau) built from the generator by matrix_exp.
+    p = problem()
+    q, k = p["q"].detach()[:1, :1], p["k"].detach()[:1, :1]
+    t, s = torch.tensor([2.5], dtype=F64), torch.tensor([-1.25], dtype=F64)
+    kw = dict(damping=p["damping"].detach(), real_lambda=p["real_lambda"].detach(),
+              jordan_lambda=p["jordan_lambda"].detach(), layout="interleaved")
+    lhs = (peal_torch.encode(q, t, p["inv_freq"].detach(), side="query", **kw) *
+           peal_torch.encode(k, s, p["inv_freq"].detach(), side="key", **kw)).sum()
+    X = torch.zeros(12, 12, dtype=F64)
+    for i, (w, a) in enumerate(zip(p["inv_freq"].detach(), kw["damping"])):
+        # X = [[a, w], [-w, a]] per pair (include/peal/rotation_block.hpp)
+        X[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[a, w], [-w, a]])
+    for r, lam in enumerate(kw["real_lambda"]):
+        X[4 + r, 4 + r] = lam
+    for b, mu in enumerate(kw["jordan_lambda"]):
+        o = 6 + 2 * b
+        X[o:o + 2, o:o + 2] = torch.tensor([[mu, 1.0], [0.0, mu]])
+    A = torch.matrix_exp((t - s) * X)
+    rhs = q[0, 0] @ A @ k[0, 0]
+    assert torch.allclose(lhs, rhs, rtol=1e-13, atol=1e-13)
+
+
+def test_each_gradient_lands_on_its_parameter():
+    # Only mu wanted: the others are None, and mu's equals the reference's.
+    p = problem()
+    frozen = {n: p[n].detach() for n in NAMES}
+    mu = p["jordan_lambda"]
+    f = runner(peal_torch.attention, "half_split", causal=True)
+    y = f(*[frozen[n] for n in NAMES[:-1]], mu)
+    y_ref = runner(reference.attention, "half_split", causal=True)(*[frozen[n] for n in NAMES[:-1]], mu)
+    g = torch.randn_like(y)
+    (ours,), (ref,) = torch.autograd.grad(y, [mu], g), torch.autograd.grad(y_ref, [mu], g)
+    assert torch.allclose(ours, ref, rtol=1e-10, atol=1e-12)
+    # Only lambda, with no rotations at all: a pure decay encoding.
+    lam = p["real_lambda"]
+    y = peal_torch.attention(frozen["q"][..., :4], frozen["k"][..., :4], frozen["v"], frozen["tq"],
+                             frozen["tk"], real_lambda=lam)
+    y_ref = reference.attention(frozen["q"][..., :4], frozen["k"][..., :4], frozen["v"],
+                                frozen["tq"], frozen["tk"], torch.zeros(0, dtype=F64),
+                                real_lambda=lam)
+    assert torch.allclose(y, y_ref, rtol=1e-10, atol=1e-12)
+    g = torch.randn_like(y)
+    assert torch.allclose(torch.autograd.grad(y, [lam], g)[0],
+                          torch.autograd.grad(y_ref, [lam], g)[0], rtol=1e-10, atol=1e-12)
+
+
+def test_jordan_block_reproduces_alibi():
+    # A Jordan block with mu = 0 adds q0 k0 + tau q0 k1 + q1 k1 to a score. With q's components
+    # (-m_h / scale, 0) and k's (0, 1) that is -m_h tau: ALiBi (docs/design.md §1), here against
+    # the kernels' own ALiBi option with the same rotations.
+    p = problem(Hk=4, d=8)
+    slopes = torch.tensor([0.1, 0.25, 0.5, 1.0], dtype=F64)
+    scale = 1 / math.sqrt(8)
+    q, k = p["q"].detach(), p["k"].detach()
+    tq, tk, inv = p["tq"].detach(), p["tk"].detach(), p["inv_freq"].detach()
+    q2 = torch.cat((q, (-slopes / scale)[None, :, None].expand(q.shape[0], 4, 1),
+                    torch.zeros(q.shape[0], 4, 1, dtype=F64)), -1)
+    k2 = torch.cat((k, torch.zeros(k.shape[0], 4, 1, dtype=F64),
+                    torch.ones(k.shape[0], 4, 1, dtype=F64)), -1)
+    # The rotations on the first 4 coordinates, the Jordan block on 4..5 of the wider head,
+    # nothing on the rest: the Jordan block must follow the rotary and real coordinates, so
+    # the original head's pass-through coordinates 4..7 move behind it.
+    perm = list(range(4)) + [8, 9] + list(range(4, 8))
+    jordan = peal_torch.attention(q2[..., perm], k2[..., perm], p["v"].detach(), tq, tk, inv,
+                                  jordan_lambda=torch.zeros(1, dtype=F64), scale=scale, causal=True)
+    alibi = peal_torch.attention(q, k, p["v"].detach(), tq, tk, inv, alibi_slopes=slopes,
+                                 causal=True)
+    assert torch.allclose(jordan, alibi, rtol=1e-12, atol=1e-13)
+
+
+def test_float32_as_accurate_as_pytorch_float32():
+    p = problem(nq=40, nk=48, Hq=4, Hk=4, d=32, dv=16, start=500.0)
+    p["inv_freq"] = (10000.0 ** (-torch.arange(0, 8, 2, dtype=F64) / 8)).requires_grad_()
+    p["damping"] = param([-1e-3, 0.0, -2e-3, 0.0])
+    p["real_lambda"] = param([-4e-3, 1e-3, 0.0])
+    p["jordan_lambda"] = param([-2e-3, 0.0])
+    names = ["q", "k", "v", "inv_freq", "damping", "real_lambda", "jordan_lambda"]
+    tensors = [p[n] for n in names]
+    tq, tk = p["tq"].detach(), p["tk"].detach() + 480.0
+    t32 = [x.detach().float().requires_grad_() for x in tensors]
+
+    def run(fn):
+        def f(q, k, v, inv, damping, real_lambda, jordan_lambda):
+            return fn(q, k, v, tq.to(q.dtype), tk.to(q.dtype), inv, damping=damping,
+                      real_lambda=real_lambda, jordan_lambda=jordan_lambda, causal=True)
+        return f
+    truth = run(reference.attention)(*tensors)
+    d_out = torch.randn_like(truth)
+    g_truth = torch.autograd.grad(truth, tensors, d_out)
+    errors = []
+    for fn in (peal_torch.attention, reference.attention):
+        y = run(fn)(*t32)
+        g = torch.autograd.grad(y, t32, d_out.float())
+        errors.append([(y.double() - truth).abs().max()] +
+                      [(a.double() - b).abs().max() for a, b in zip(g, g_truth)])
+    scale = [truth.abs().max()] + [b.abs().max() for b in g_truth]
+    for name, e_ours, e_ref, s in zip(["out"] + names, *errors, scale):
+        assert e_ours <= 2 * e_ref + F32_ULP * s, (name, float(e_ours), float(e_ref))
+
+
+def test_bad_blocks_raise():
+    p = problem()
+    q, k, v, tq, tk = (p[n].detach() for n in ("q", "k", "v", "tq", "tk"))
+    inv = p["inv_freq"].detach()
+    with pytest.raises(ValueError, match="do not fit"):  # 4 + 5 + 4 > 12
+        peal_torch.attention(q, k, v, tq, tk, inv, real_lambda=torch.zeros(5, dtype=F64),
+                             jordan_lambda=torch.zeros(2, dtype=F64))
+    with pytest.raises(ValueError, match="do not fit"):
+        peal_torch.encode(q, tq, jordan_lambda=torch.zeros(7, dtype=F64))
+    with pytest.raises(ValueError, match="1-D"):
+        peal_torch.attention(q, k, v, tq, tk, inv, real_lambda=torch.zeros(2, 1, dtype=F64))
+    with pytest.raises(ValueError, match="damping needs inv_freq"):
+        peal_torch.attention(q, k, v, tq, tk, damping=torch.zeros(2, dtype=F64))
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError):
+            peal_torch.attention(q, k, v, tq, tk, inv, jordan_lambda=torch.tensor([0.0, bad], dtype=F64))
+        with pytest.raises(ValueError):
+            peal_torch.linear_attention(q, k, v, tq, tk, inv,
+                                        real_lambda=torch.tensor([bad], dtype=F64))
