@@ -25,6 +25,36 @@
 using namespace peal_test;
 using namespace peal_test::attention_backward_check;
 
+TEST_CASE("attention backward: the shards' share of a causal staircase", "[attention_backward]") {
+  using peal::detail::backward_run::shard_count;
+  using peal::detail::backward_run::shard_of;
+  // Tiles dealt back and forth: over every 2S tiles each shard gets tiles I and 2S − 1 − I,
+  // the same causal work (I + 1/2 per tile) for every shard.
+  for (Index S : {1, 2, 3, 4}) {
+    std::vector<double> work(std::size_t(S), 0.0);
+    for (Index I = 0; I < 4 * S; ++I) {
+      const Index s = shard_of(I, S);
+      REQUIRE((s >= 0 && s < S));
+      work[std::size_t(s)] += double(I) + 0.5;
+    }
+    for (double w : work) CHECK(w == work[0]);
+  }
+  CHECK(shard_of(0, 4) == 0);
+  CHECK(shard_of(3, 4) == 3);
+  CHECK(shard_of(4, 4) == 3);
+  CHECK(shard_of(7, 4) == 0);
+  CHECK(shard_of(8, 4) == 0);
+  // One shard per tile without a staircase, one per two tiles with it; at most kMaxShards and
+  // within the byte budget.
+  CHECK(shard_count(3, 1.0, false) == 3);
+  CHECK(shard_count(3, 1.0, true) == 2);
+  CHECK(shard_count(4, 1.0, true) == 2);
+  CHECK(shard_count(1, 1.0, true) == 1);
+  CHECK(shard_count(16, 1.0, true) == peal::detail::backward_run::kMaxShards);
+  CHECK(shard_count(16, peal::detail::backward_run::kShardBytes / 2, false) == 2);
+  CHECK(shard_count(16, 2 * peal::detail::backward_run::kShardBytes, false) == 1);
+}
+
 TEST_CASE("attention backward: rebased tiles, GQA, causal and windowed masks, ALiBi",
           "[attention_backward]") {
   // The Jordan chain limits a tile to a half-spread of ~256: several tiles per side, Δ ≠ 0.

@@ -75,3 +75,13 @@ TEST_CASE("attention backward: causal over sorted positions, in row blocks", "[a
   check_attention_backward<RopePartial>(sh, Regime::Random, 0, 31);
   check_attention_backward<RopePartial, float>(sh, Regime::Random, 0, 32);
 }
+
+TEST_CASE("attention backward: a causal staircase over shards dealt back and forth",
+          "[attention_backward]") {
+  // 520 sorted queries (five query tiles of 128 rows, the last of 8, in three shards dealt 0, 1,
+  // 2, 2, 1: detail/tiled/backward_run.hpp, shard_of) before 40 sorted keys over the same span:
+  // the check's 1 and 3 threads give the bits of OpenMP's maximum, every gradient its
+  // reference's (few keys: the long double reference's cost is per pair).
+  const Shape sh{520, 40, 1, 1, 4, 0, 1040, true, kNone, 0, false, false, false, true};
+  check_attention_backward<RopePartial, float>(sh, Regime::Random, 0, 43);
+}
