@@ -16,6 +16,7 @@ each head in this order (the rest pass through):
     A(tau) = diag(exp(a_i tau) R(omega_i tau)) (+) diag(exp(lambda_r tau))
              (+) diag(exp(mu_b tau) [[1, tau], [0, 1]]) (+) I.
 
+coordinates= (a permutation of the head's coordinates) places the blocks anywhere in the head.
 Gradients are exact and deterministic, for q, k, v, every block's parameters (frequencies,
 dampings, lambda, mu), the positions (learned or data-dependent timestamps), ALiBi slopes,
 attention sinks and linear attention's per-head decays: the backward kernels of include/peal/attention_backward.hpp,
@@ -127,8 +128,9 @@ def _parameter_gradients(g, need, params):
     [omega, a, real, jordan] (None for those not needed or absent)."""
     out, at = [], 0
     n = params[0].shape[0]
-    for x, wanted, size in zip(params, need, (n, n, None, None)):
-        size = 0 if x is None else x.shape[0] if size is None else size
+    # The kernels' vector has n entries for a whether or not it was given (zeros: _blocks).
+    sizes = (n, n) + tuple(0 if x is None else x.shape[0] for x in params[2:])
+    for x, wanted, size in zip(params, need, sizes):
         out.append(g[at:at + size].to(x.dtype) if wanted and x is not None else None)
         at += size
     return out
@@ -336,6 +338,25 @@ class _Encode(torch.autograd.Function):
         return (dx, dt, *d_par, None, None)
 
 
+def _coordinates(coordinates, d):
+    """coordinates as a LongTensor permutation of range(d) (None: the identity, no copy)."""
+    if coordinates is None:
+        return None
+    c = torch.as_tensor(coordinates)
+    if c.dtype.is_floating_point or c.dtype.is_complex or c.dim() != 1:
+        raise ValueError("peal_torch: coordinates must be a 1-D integer sequence")
+    c = c.to(torch.int64)
+    if c.shape[0] != d or not torch.equal(torch.sort(c).values, torch.arange(d)):
+        raise ValueError(f"peal_torch: coordinates must be a permutation of range({d}) "
+                         "(the head's coordinates in the blocks' order)")
+    return c
+
+
+def _permuted(x, c):
+    """x's last dimension in the blocks' order: x[..., c] (autograd carries the gradient back)."""
+    return x if c is None else x.index_select(-1, c)
+
+
 def _layout(layout):
     if layout not in _LAYOUTS:
         raise ValueError(f"peal_torch: layout must be one of {_LAYOUTS}, got {layout!r}")
@@ -343,8 +364,8 @@ def _layout(layout):
 
 
 def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
-              jordan_lambda=None, layout="half_split", causal=False, window=None, alibi_slopes=None,
-              softcap=0.0, sinks=None, scale=None, threads=0, return_lse=False):
+              jordan_lambda=None, coordinates=None, layout="half_split", causal=False, window=None,
+              alibi_slopes=None, softcap=0.0, sinks=None, scale=None, threads=0, return_lse=False):
     """Softmax attention with the encoding's blocks applied to q and k (the module's doc).
 
     q [nq, Hq, d], k [nk, Hk, d], v [nk, Hk, dv] (Hq a multiple of Hk: grouped-query heads),
@@ -352,8 +373,10 @@ def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
     float64 inside), or [batch, n]. The encoding's parameters, each 1-D and each may be None
     (no such blocks): inv_freq (and damping, same shape) on the first 2 * len(inv_freq)
     coordinates of each head, real_lambda on the next len(real_lambda), jordan_lambda (Jordan
-    blocks of size 2) on the next 2 * len(jordan_lambda); the rest pass through. Options as peal::AttentionOptions
-    (include/peal/attention.hpp): causal (mask s_j > t_i), window (mask t_i - s_j >= window),
+    blocks of size 2) on the next 2 * len(jordan_lambda); the rest pass through. coordinates
+    (a permutation of range(d); None: the identity) places the blocks anywhere in the head:
+    the blocks' coordinate c is the head's coordinate coordinates[c] (q and k are permuted
+    before the kernels, a copy). Options as peal::AttentionOptions (include/peal/attention.hpp): causal (mask s_j > t_i), window (mask t_i - s_j >= window),
     alibi_slopes [Hq] (adds -m_h (t_i - s_j)), softcap c (c tanh(x / c)), sinks [Hq] (e^{sigma_h}
     joins each row's denominator), scale (default 1/sqrt(d)). threads (0: OpenMP's maximum):
     a batch of at least that many elements runs them side by side, one thread each, else each
@@ -362,15 +385,17 @@ def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
     """
     interleaved = _layout(layout)
     params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
+    c = _coordinates(coordinates, q.shape[-1])
     cfg = _Settings(interleaved, bool(causal), math.inf if window is None else float(window),
                     float(softcap), None if scale is None else float(scale), int(threads))
-    out, lse = _Attention.apply(q, k, v, tq, tk, *params, alibi_slopes, sinks, cfg)
+    out, lse = _Attention.apply(_permuted(q, c), _permuted(k, c), v, tq, tk, *params, alibi_slopes,
+                                sinks, cfg)
     return (out, lse) if return_lse else out
 
 
 def linear_attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
-                     jordan_lambda=None, layout="half_split", decay=None, scale=None,
-                     form="automatic", chunk=0, threads=0, normalization="none"):
+                     jordan_lambda=None, coordinates=None, layout="half_split", decay=None,
+                     scale=None, form="automatic", chunk=0, threads=0, normalization="none"):
     """Causal linear attention (retention) with the encoding's blocks (as attention()'s):
 
         out_i = scale sum_{s_j <= t_i} decay_h^(t_i - s_j) (q_i^T A(t_i - s_j) k_j) v_j,
@@ -394,15 +419,16 @@ def linear_attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambd
     """
     interleaved = _layout(layout)
     params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
+    c = _coordinates(coordinates, q.shape[-1])
     cfg = _LinearSettings(interleaved, None if scale is None else float(scale), str(form), int(chunk),
                           int(threads), str(normalization))
-    return _LinearAttention.apply(q, k, v, tq, tk, *params, decay, cfg)
+    return _LinearAttention.apply(_permuted(q, c), _permuted(k, c), v, tq, tk, *params, decay, cfg)
 
 
 def encode(x, t, inv_freq=None, *, damping=None, real_lambda=None, jordan_lambda=None,
-           layout="half_split", side="query"):
+           coordinates=None, layout="half_split", side="query"):
     """The encoded rows: F(t) x = A(t)^T x for side="query", G(t) x = A(-t) x for side="key"
-    (the encoding's blocks as attention()'s).
+    (the encoding's blocks and coordinates as attention()'s; the result in x's coordinates).
 
     For RoPE (no damping) both are HF's apply_rotary_pos_emb of x at positions t; with a
     damping the query side is scaled by exp(a t) and the key side by exp(-a t), so that
@@ -412,4 +438,6 @@ def encode(x, t, inv_freq=None, *, damping=None, real_lambda=None, jordan_lambda
         raise ValueError(f"peal_torch: side must be 'query' or 'key', got {side!r}")
     interleaved = _layout(layout)
     params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
-    return _Encode.apply(x, t, *params, interleaved, side == "query")
+    c = _coordinates(coordinates, x.shape[-1])
+    y = _Encode.apply(_permuted(x, c), t, *params, interleaved, side == "query")
+    return y if c is None else y.index_select(-1, torch.argsort(c))

@@ -7,6 +7,7 @@ e^{mu tau} [[1, tau], [0, 1]] (+) I, chosen at run time.
   G(s) = A(-s) of each block out by hand;
 - each gradient lands on its own parameter (a call that wants only mu's);
 - the Jordan block with mu = 0 and two fixed components reproduces the ALiBi option;
+- coordinates= places the blocks anywhere in the head (a permutation, checked against expm);
 - float32 no less accurate than PyTorch's float32 run of the same formula;
 - bad input raises ValueError.
 """
@@ -72,14 +73,24 @@ def test_attention_gradcheck(layout, options):
 
 @pytest.mark.parametrize("layout", ["half_split", "interleaved"])
 @pytest.mark.parametrize("options", list(ATTENTION_OPTIONS))
-def test_attention_matches_reference_float64(layout, options):
+@pytest.mark.parametrize("damped", [True, False])
+def test_attention_matches_reference_float64(layout, options, damped):
+    # Undamped: the kernels still get n entries of a (zeros), and the gradients of the real and
+    # Jordan blocks come after them.
     p = problem(nq=9, nk=11)
-    tensors = [p[n] for n in NAMES]
-    ours = runner(peal_torch.attention, layout, **ATTENTION_OPTIONS[options])(*tensors)
-    ref = runner(reference.attention, layout, **ATTENTION_OPTIONS[options])(*tensors)
+    names = NAMES if damped else [n for n in NAMES if n != "damping"]
+    tensors = [p[n] for n in names]
+
+    def run(fn):
+        def f(*xs):
+            kw = dict(zip(names, xs))
+            kw.setdefault("damping", None)
+            return runner(fn, layout, **ATTENTION_OPTIONS[options])(*[kw[n] for n in NAMES])
+        return f
+    ours, ref = run(peal_torch.attention)(*tensors), run(reference.attention)(*tensors)
     assert torch.allclose(ours, ref, rtol=1e-10, atol=1e-12)
     d_out = torch.randn_like(ours)
-    for name, a, b in zip(NAMES, torch.autograd.grad(ours, tensors, d_out),
+    for name, a, b in zip(names, torch.autograd.grad(ours, tensors, d_out),
                           torch.autograd.grad(ref, tensors, d_out)):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-11 * (1 + b.abs().max())), name
 
@@ -124,13 +135,17 @@ def test_encode_gradcheck_and_reference(side):
         assert torch.allclose(a, b, rtol=1e-11, atol=1e-12)
 
 
-def test_encodings_pair_to_the_score():
-    # F(t) q . G(s) k = q^T A(t - s) k, with A(tau) built from the generator by matrix_exp.
+@pytest.mark.parametrize("permuted", [False, True])
+def test_encodings_pair_to_the_score(permuted):
+    # F(t) q . G(s) k = q^T A(t - s) k, with A(tau) built from the generator by matrix_exp; with
+    # coordinates c, the generator's entry (a, b) moves to (c[a], c[b]).
     p = problem()
     q, k = p["q"].detach()[:1, :1], p["k"].detach()[:1, :1]
     t, s = torch.tensor([2.5], dtype=F64), torch.tensor([-1.25], dtype=F64)
+    c = torch.randperm(12) if permuted else torch.arange(12)
     kw = dict(damping=p["damping"].detach(), real_lambda=p["real_lambda"].detach(),
-              jordan_lambda=p["jordan_lambda"].detach(), layout="interleaved")
+              jordan_lambda=p["jordan_lambda"].detach(), layout="interleaved",
+              coordinates=c if permuted else None)
     lhs = (peal_torch.encode(q, t, p["inv_freq"].detach(), side="query", **kw) *
            peal_torch.encode(k, s, p["inv_freq"].detach(), side="key", **kw)).sum()
     X = torch.zeros(12, 12, dtype=F64)
@@ -142,9 +157,25 @@ def test_encodings_pair_to_the_score():
     for b, mu in enumerate(kw["jordan_lambda"]):
         o = 6 + 2 * b
         X[o:o + 2, o:o + 2] = torch.tensor([[mu, 1.0], [0.0, mu]])
-    A = torch.matrix_exp((t - s) * X)
+    Xc = torch.zeros_like(X)
+    Xc[c[:, None], c[None, :]] = X
+    A = torch.matrix_exp((t - s) * Xc)
     rhs = q[0, 0] @ A @ k[0, 0]
     assert torch.allclose(lhs, rhs, rtol=1e-13, atol=1e-13)
+
+
+def test_coordinates_gradcheck():
+    p = problem()
+    c = torch.randperm(12)
+    for fn, kw in ((peal_torch.attention, dict(causal=True)),
+                   (peal_torch.linear_attention, dict(form="chunkwise", chunk=3))):
+        f = runner(fn, "half_split", coordinates=c, **kw)
+        assert torch.autograd.gradcheck(f, [p[n] for n in NAMES], eps=1e-6, atol=1e-7)
+
+    def g(x, t, lam, mu):
+        return peal_torch.encode(x, t, p["inv_freq"], real_lambda=lam, jordan_lambda=mu,
+                                 coordinates=c, side="key")
+    assert torch.autograd.gradcheck(g, (p["q"], p["tq"], p["real_lambda"], p["jordan_lambda"]))
 
 
 def test_each_gradient_lands_on_its_parameter():
@@ -184,11 +215,10 @@ def test_jordan_block_reproduces_alibi():
                     torch.zeros(q.shape[0], 4, 1, dtype=F64)), -1)
     k2 = torch.cat((k, torch.zeros(k.shape[0], 4, 1, dtype=F64),
                     torch.ones(k.shape[0], 4, 1, dtype=F64)), -1)
-    # The rotations on the first 4 coordinates, the Jordan block on 4..5 of the wider head,
-    # nothing on the rest: the Jordan block must follow the rotary and real coordinates, so
-    # the original head's pass-through coordinates 4..7 move behind it.
-    perm = list(range(4)) + [8, 9] + list(range(4, 8))
-    jordan = peal_torch.attention(q2[..., perm], k2[..., perm], p["v"].detach(), tq, tk, inv,
+    # The rotations on the head's first 4 coordinates, the Jordan block on the two appended
+    # ones (8, 9), the head's coordinates 4..7 passed through: coordinates in the blocks' order.
+    c = list(range(4)) + [8, 9] + list(range(4, 8))
+    jordan = peal_torch.attention(q2, k2, p["v"].detach(), tq, tk, inv, coordinates=c,
                                   jordan_lambda=torch.zeros(1, dtype=F64), scale=scale, causal=True)
     alibi = peal_torch.attention(q, k, p["v"].detach(), tq, tk, inv, alibi_slopes=slopes,
                                  causal=True)
@@ -236,6 +266,11 @@ def test_bad_blocks_raise():
         peal_torch.encode(q, tq, jordan_lambda=torch.zeros(7, dtype=F64))
     with pytest.raises(ValueError, match="1-D"):
         peal_torch.attention(q, k, v, tq, tk, inv, real_lambda=torch.zeros(2, 1, dtype=F64))
+    for bad in ([0, 1, 2], list(range(11)) + [0], [0.0] * 12, [[0] * 12]):
+        with pytest.raises(ValueError, match="coordinates"):
+            peal_torch.attention(q, k, v, tq, tk, inv, coordinates=bad)
+    with pytest.raises(ValueError, match="coordinates"):
+        peal_torch.encode(q, tq, inv, coordinates=list(range(1, 13)))
     with pytest.raises(ValueError, match="damping needs inv_freq"):
         peal_torch.attention(q, k, v, tq, tk, damping=torch.zeros(2, dtype=F64))
     for bad in (math.nan, math.inf):
