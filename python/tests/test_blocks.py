@@ -279,3 +279,33 @@ def test_bad_blocks_raise():
         with pytest.raises(ValueError):
             peal_torch.linear_attention(q, k, v, tq, tk, inv,
                                         real_lambda=torch.tensor([bad], dtype=F64))
+
+
+@pytest.mark.parametrize("form", ["parallel", "recurrent"])
+def test_retnet_normalization_with_blocks(form):
+    # RetNet's normalisations (torchscale's formulas in reference.py) over an encoding with real
+    # and Jordan blocks: values and every gradient.
+    p = problem(Hk=4)
+    decay = torch.tensor([0.9, 0.97, 0.8, 0.95], dtype=F64, requires_grad=True)
+    tensors = [p[n] for n in NAMES] + [decay]
+
+    def run(fn):
+        def f(*xs):
+            return runner(fn, "half_split", decay=xs[-1], normalization="retnet", form=form)(*xs[:-1])
+        return f
+    y, y_ref = run(peal_torch.linear_attention)(*tensors), run(reference.linear_attention)(*tensors)
+    assert torch.allclose(y, y_ref, rtol=1e-10, atol=1e-12)
+    d_out = torch.randn_like(y)
+    for name, a, b in zip(NAMES + ["decay"], torch.autograd.grad(y, tensors, d_out),
+                          torch.autograd.grad(y_ref, tensors, d_out)):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-11 * (1 + b.abs().max())), name
+
+
+def test_retnet_chunkwise_normalization_refuses_blocks():
+    # Its state bound is taken in the absolute frame, bounded only for pure rotations.
+    p = problem(Hk=4)
+    with pytest.raises(ValueError, match="pure rotation"):
+        peal_torch.linear_attention(*[p[n].detach() for n in NAMES[:6]],
+                                    real_lambda=p["real_lambda"].detach(),
+                                    decay=torch.full((4,), 0.9, dtype=F64),
+                                    normalization="retnet", form="chunkwise", chunk=3)
