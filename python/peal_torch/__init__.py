@@ -16,7 +16,9 @@ each head in this order (the rest pass through):
     A(tau) = diag(exp(a_i tau) R(omega_i tau)) (+) diag(exp(lambda_r tau))
              (+) diag(exp(mu_b tau) [[1, tau], [0, 1]]) (+) I.
 
-coordinates= (a permutation of the head's coordinates) places the blocks anywhere in the head.
+coordinates= (a permutation of the head's coordinates) places the blocks anywhere in the head;
+a parameter given as [heads, blocks] instead of [blocks] is per query head (RoPE-Mixed's
+learned frequencies per head, RetNet's per-head rates).
 Gradients are exact and deterministic, for q, k, v, every block's parameters (frequencies,
 dampings, lambda, mu), the positions (learned or data-dependent timestamps), ALiBi slopes,
 attention sinks and linear attention's per-head decays: the backward kernels of include/peal/attention_backward.hpp,
@@ -72,18 +74,47 @@ def _np(x, dtype):
 
 
 def _parameters(inv_freq, damping, real_lambda, jordan_lambda):
-    """The four parameter tensors of the encoding (None: no such blocks, no damping)."""
+    """The four parameter tensors of the encoding (None: no such blocks, no damping), each
+    [blocks] (shared by the heads) or [heads, blocks] (one row per query head), and the number
+    of heads of the per-head ones (None: all shared)."""
     if inv_freq is None:
         if damping is not None:
             raise ValueError("peal_torch: a damping needs inv_freq (one per rotary pair)")
         inv_freq = torch.zeros(0, dtype=torch.float64)
-    for x, name in ((inv_freq, "inv_freq"), (real_lambda, "real_lambda"),
+    heads = set()
+    for x, name in ((inv_freq, "inv_freq"), (damping, "damping"), (real_lambda, "real_lambda"),
                     (jordan_lambda, "jordan_lambda")):
-        if x is not None and x.dim() != 1:
-            raise ValueError(f"peal_torch: {name} must be 1-D (one entry per block)")
-    if damping is not None and damping.shape != inv_freq.shape:
-        raise ValueError("peal_torch: damping must have inv_freq's shape")
-    return inv_freq, damping, real_lambda, jordan_lambda
+        if x is None:
+            continue
+        if x.dim() not in (1, 2):
+            raise ValueError(f"peal_torch: {name} must be 1-D (one entry per block) or 2-D "
+                             "(one row per query head)")
+        if x.dim() == 2:
+            heads.add(x.shape[0])
+    if damping is not None and damping.shape[-1] != inv_freq.shape[-1]:
+        raise ValueError("peal_torch: damping must have one entry per rotary pair, as inv_freq")
+    if len(heads) > 1:
+        raise ValueError(f"peal_torch: per-head parameters with different head counts {sorted(heads)}")
+    return (inv_freq, damping, real_lambda, jordan_lambda), (heads.pop() if heads else None)
+
+
+def _head(params, h):
+    """Head h's parameters: row h of the per-head ones, the shared ones as they are."""
+    return tuple(None if x is None else x[h] if x.dim() == 2 else x for x in params)
+
+
+def _per_head_checks(heads, q, k):
+    """The query and key head counts of a per-head call (one row of parameters per query head)."""
+    Hq, Hk = q.shape[-2], k.shape[-2]
+    if heads != Hq:
+        raise ValueError(f"peal_torch: per-head parameters have {heads} rows for {Hq} query heads")
+    if Hk < 1 or Hq % Hk:
+        raise ValueError(f"peal_torch: {Hq} query heads are not a multiple of {Hk} key heads")
+    return Hq, Hq // Hk
+
+
+def _option_row(x, h):
+    return None if x is None else x[h:h + 1]
 
 
 def _batched(x, name):
@@ -371,8 +402,9 @@ def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
     q [nq, Hq, d], k [nk, Hk, d], v [nk, Hk, dv] (Hq a multiple of Hk: grouped-query heads),
     or each with a leading batch dimension; tq [nq] and tk [nk] positions (any real numbers,
     float64 inside), or [batch, n]. The encoding's parameters, each 1-D and each may be None
-    (no such blocks): inv_freq (and damping, same shape) on the first 2 * len(inv_freq)
-    coordinates of each head, real_lambda on the next len(real_lambda), jordan_lambda (Jordan
+    (no such blocks), or 2-D [Hq, blocks] for one row per query head (a per-head encoding, as
+    peal::PerHead: one kernel call per query head, each on its key head): inv_freq (and damping,
+    one per pair) on the first 2 * len(inv_freq) coordinates of each head, real_lambda on the next len(real_lambda), jordan_lambda (Jordan
     blocks of size 2) on the next 2 * len(jordan_lambda); the rest pass through. coordinates
     (a permutation of range(d); None: the identity) places the blocks anywhere in the head:
     the blocks' coordinate c is the head's coordinate coordinates[c] (q and k are permuted
@@ -384,12 +416,21 @@ def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
     may require grad. Returns out [nq, Hq, dv] (and lse [nq, Hq], natural log, with return_lse).
     """
     interleaved = _layout(layout)
-    params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
+    params, heads = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
     c = _coordinates(coordinates, q.shape[-1])
     cfg = _Settings(interleaved, bool(causal), math.inf if window is None else float(window),
                     float(softcap), None if scale is None else float(scale), int(threads))
-    out, lse = _Attention.apply(_permuted(q, c), _permuted(k, c), v, tq, tk, *params, alibi_slopes,
-                                sinks, cfg)
+    q, k = _permuted(q, c), _permuted(k, c)
+    if heads is None:
+        out, lse = _Attention.apply(q, k, v, tq, tk, *params, alibi_slopes, sinks, cfg)
+    else:  # one call per query head, on its key head (autograd sums a key head's gradients)
+        Hq, G = _per_head_checks(heads, q, k)
+        parts = [_Attention.apply(q[..., h:h + 1, :], k[..., h // G:h // G + 1, :],
+                                  v[..., h // G:h // G + 1, :], tq, tk, *_head(params, h),
+                                  _option_row(alibi_slopes, h), _option_row(sinks, h), cfg)
+                 for h in range(Hq)]
+        out = torch.cat([o for o, _ in parts], dim=-2)
+        lse = torch.cat([x for _, x in parts], dim=-1)
     return (out, lse) if return_lse else out
 
 
@@ -418,11 +459,18 @@ def linear_attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambd
     square roots (decay, tq, tk).
     """
     interleaved = _layout(layout)
-    params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
+    params, heads = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
     c = _coordinates(coordinates, q.shape[-1])
     cfg = _LinearSettings(interleaved, None if scale is None else float(scale), str(form), int(chunk),
                           int(threads), str(normalization))
-    return _LinearAttention.apply(_permuted(q, c), _permuted(k, c), v, tq, tk, *params, decay, cfg)
+    q, k = _permuted(q, c), _permuted(k, c)
+    if heads is None:
+        return _LinearAttention.apply(q, k, v, tq, tk, *params, decay, cfg)
+    Hq, G = _per_head_checks(heads, q, k)  # one call per query head, as attention()
+    return torch.cat([_LinearAttention.apply(q[..., h:h + 1, :], k[..., h // G:h // G + 1, :],
+                                             v[..., h // G:h // G + 1, :], tq, tk, *_head(params, h),
+                                             _option_row(decay, h), cfg)
+                      for h in range(Hq)], dim=-2)
 
 
 def encode(x, t, inv_freq=None, *, damping=None, real_lambda=None, jordan_lambda=None,
@@ -437,7 +485,15 @@ def encode(x, t, inv_freq=None, *, damping=None, real_lambda=None, jordan_lambda
     if side not in ("query", "key"):
         raise ValueError(f"peal_torch: side must be 'query' or 'key', got {side!r}")
     interleaved = _layout(layout)
-    params = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
+    params, heads = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
     c = _coordinates(coordinates, x.shape[-1])
-    y = _Encode.apply(_permuted(x, c), t, *params, interleaved, side == "query")
+    xp = _permuted(x, c)
+    if heads is None:
+        y = _Encode.apply(xp, t, *params, interleaved, side == "query")
+    else:
+        if heads != x.shape[-2]:
+            raise ValueError(f"peal_torch: per-head parameters have {heads} rows for "
+                             f"{x.shape[-2]} heads")
+        y = torch.cat([_Encode.apply(xp[..., h:h + 1, :], t, *_head(params, h), interleaved,
+                                     side == "query") for h in range(heads)], dim=-2)
     return y if c is None else y.index_select(-1, torch.argsort(c))

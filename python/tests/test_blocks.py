@@ -265,7 +265,7 @@ def test_bad_blocks_raise():
     with pytest.raises(ValueError, match="do not fit"):
         peal_torch.encode(q, tq, jordan_lambda=torch.zeros(7, dtype=F64))
     with pytest.raises(ValueError, match="1-D"):
-        peal_torch.attention(q, k, v, tq, tk, inv, real_lambda=torch.zeros(2, 1, dtype=F64))
+        peal_torch.attention(q, k, v, tq, tk, inv, real_lambda=torch.zeros(2, 1, 1, dtype=F64))
     for bad in ([0, 1, 2], list(range(11)) + [0], [0.0] * 12, [[0] * 12]):
         with pytest.raises(ValueError, match="coordinates"):
             peal_torch.attention(q, k, v, tq, tk, inv, coordinates=bad)
@@ -309,3 +309,82 @@ def test_retnet_chunkwise_normalization_refuses_blocks():
                                     real_lambda=p["real_lambda"].detach(),
                                     decay=torch.full((4,), 0.9, dtype=F64),
                                     normalization="retnet", form="chunkwise", chunk=3)
+
+
+def per_head_problem():
+    p = problem(Hq=4, Hk=2)
+    p["inv_freq"] = (torch.tensor([[0.7, 0.05], [0.3, 0.02], [1.1, 0.2], [0.5, 0.01]], dtype=F64)
+                     .requires_grad_())
+    p["real_lambda"] = torch.tensor([[-0.2, 0.04], [-0.1, 0.0], [0.05, -0.3], [-0.02, 0.01]],
+                                    dtype=F64, requires_grad=True)
+    return p  # damping and jordan_lambda shared (1-D)
+
+
+def reference_per_head(fn, p, **kw):
+    """The reference formula head by head (head h's parameters, its key head h // 2)."""
+    rows = []
+    for h in range(4):
+        g = h // 2
+        extra = {n: kw[n][h:h + 1] for n in ("alibi_slopes", "sinks", "decay") if n in kw}
+        rest = {n: v for n, v in kw.items() if n not in extra}
+        rows.append(fn(p["q"][:, h:h + 1], p["k"][:, g:g + 1], p["v"][:, g:g + 1], p["tq"], p["tk"],
+                       p["inv_freq"][h], damping=p["damping"], real_lambda=p["real_lambda"][h],
+                       jordan_lambda=p["jordan_lambda"], **extra, **rest))
+    return torch.cat(rows, dim=1)
+
+
+@pytest.mark.parametrize("linear", [False, True])
+def test_per_head_parameters_match_the_reference(linear):
+    p = per_head_problem()
+    tensors = [p[n] for n in NAMES]
+    if linear:
+        kw = dict(decay=torch.tensor([0.9, 0.97, 0.8, 0.95], dtype=F64), form="chunkwise", chunk=3)
+        ours = runner(peal_torch.linear_attention, "half_split", **kw)(*tensors)
+        kw.pop("form"), kw.pop("chunk")
+        ref = reference_per_head(reference.linear_attention, p, **kw)
+    else:
+        kw = dict(ATTENTION_OPTIONS["everything"])
+        ours = runner(peal_torch.attention, "half_split", **kw)(*tensors)
+        ref = reference_per_head(reference.attention, p, **kw)
+    assert torch.allclose(ours, ref, rtol=1e-10, atol=1e-12)
+    d_out = torch.randn_like(ours)
+    for name, a, b in zip(NAMES, torch.autograd.grad(ours, tensors, d_out),
+                          torch.autograd.grad(ref, tensors, d_out)):
+        assert a.shape == b.shape, name
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-11 * (1 + b.abs().max())), name
+
+
+def test_per_head_gradcheck_and_encode():
+    p = per_head_problem()
+    f = runner(peal_torch.attention, "interleaved", causal=True)
+    assert torch.autograd.gradcheck(f, [p[n] for n in NAMES], eps=1e-6, atol=1e-7)
+    # encode: head h of the result is head h encoded with row h.
+    y = peal_torch.encode(p["q"], p["tq"], p["inv_freq"], real_lambda=p["real_lambda"], side="key")
+    for h in range(4):
+        yh = peal_torch.encode(p["q"][:, h:h + 1], p["tq"], p["inv_freq"][h],
+                               real_lambda=p["real_lambda"][h], side="key")
+        assert torch.equal(y[:, h:h + 1], yh)
+    # The same row for every head: the shared call's values.
+    shared = peal_torch.attention(p["q"], p["k"], p["v"], p["tq"], p["tk"], p["inv_freq"][0],
+                                  real_lambda=p["real_lambda"][0], causal=True)
+    rows = peal_torch.attention(p["q"], p["k"], p["v"], p["tq"], p["tk"],
+                                p["inv_freq"][0].expand(4, -1),
+                                real_lambda=p["real_lambda"][0].expand(4, -1), causal=True)
+    assert torch.allclose(shared, rows, rtol=1e-13, atol=1e-14)
+
+
+def test_per_head_bad_input():
+    p = per_head_problem()
+    q, k, v, tq, tk = (p[n].detach() for n in ("q", "k", "v", "tq", "tk"))
+    with pytest.raises(ValueError, match="rows for 4 query heads"):
+        peal_torch.attention(q, k, v, tq, tk, p["inv_freq"].detach()[:3])
+    with pytest.raises(ValueError, match="different head counts"):
+        peal_torch.attention(q, k, v, tq, tk, p["inv_freq"].detach(),
+                             real_lambda=p["real_lambda"].detach()[:2])
+    with pytest.raises(ValueError, match="1-D .* or 2-D"):
+        peal_torch.attention(q, k, v, tq, tk, p["inv_freq"].detach()[None])
+    with pytest.raises(ValueError, match="multiple"):
+        peal_torch.attention(q, k[:, :1].expand(-1, 3, -1), v[:, :1].expand(-1, 3, -1), tq, tk,
+                             p["inv_freq"].detach())
+    with pytest.raises(ValueError, match="rows for 4 heads"):
+        peal_torch.encode(q, tq, p["inv_freq"].detach()[:2])
