@@ -88,7 +88,7 @@ void check(const E& enc, const TensorView<Tq>& q, const Positions& tq, const Ten
 // cap'; positions in double.
 template <class C>
 struct Work {
-  std::vector<C> dout, vd, dvacc, lse_h, D_h;
+  br::Buffer<C> dout, vd, dvacc, lse_h, D_h;  // aligned: the bits never depend on the heap
   std::vector<double> D, tcol, srow;
   br::RowMatrix<C> P, dP, Cap;
   static Work& local() {
@@ -142,7 +142,7 @@ class Epilogue {
   // A shard's sums (detail/tiled/backward_run.hpp): dV (the first shard's: the total itself),
   // the slopes' and the key positions'.
   struct Part {
-    std::vector<C> own;
+    br::Buffer<C> own;
     C* dv = nullptr;
     std::vector<double> slopes;
     std::vector<R> key_positions;

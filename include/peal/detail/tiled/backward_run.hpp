@@ -78,8 +78,15 @@ template <class C>
 Rows<C> head_rows(C* v, Index b, Index n, Index heads, Index h, Index d) {
   return Rows<C>(v + (b * heads + h) * d, n, d, Eigen::OuterStride<>(heads * d));
 }
+// The kernel's row buffers, 64-byte aligned (as linear::Buffer, linear_ops.hpp, and the tile
+// driver's arena): Eigen's loops peel the leading entries before an aligned address to scalar
+// code, whose rounding may differ from the packet code's, so with malloc's alignment the bits
+// of a thread's buffers (Workspace::local() is per thread) would depend on the heap.
 template <class C>
-Rows<C> head_rows(std::vector<C>& v, Index b, Index n, Index heads, Index h, Index d) {
+using Buffer = std::vector<C, Eigen::aligned_allocator<C>>;
+
+template <class C>
+Rows<C> head_rows(Buffer<C>& v, Index b, Index n, Index heads, Index h, Index d) {
   return head_rows(v.data(), b, n, heads, h, d);
 }
 
@@ -100,7 +107,7 @@ struct RowBlock {
 // matrices. It grows to the largest call made on the thread and is not released.
 template <class C>
 struct Workspace {
-  std::vector<C> khat, dkhat, qhat, dqhat, xbuf;
+  Buffer<C> khat, dkhat, qhat, dqhat, xbuf;
   RowMatrix<C> W, kt, u;
   std::vector<RowBlock> blocks;
   static Workspace& local() {
@@ -108,8 +115,8 @@ struct Workspace {
     return w;
   }
 };
-template <class T>
-void at_least(std::vector<T>& v, Index n) {
+template <class T, class A>
+void at_least(std::vector<T, A>& v, Index n) {
   if (Index(v.size()) < n) v.resize(std::size_t(n));
 }
 template <class C>
@@ -276,7 +283,7 @@ class Run {
  private:
   using Part = typename Epi::Part;
   struct Shard {
-    std::vector<C> own;  // shards 1..S−1: their dk̂ sums
+    Buffer<C> own;  // shards 1..S−1: their dk̂ sums
     C* dkhat = nullptr;  // own, or for shard 0 the total
     std::vector<R> parameters;
     Part part;
@@ -332,7 +339,7 @@ class Run {
 
   // q̂ (k̂) of tile I: F(t − T_I) q (G(s − S_J) k) into rows [b, b + n) of buf (the query
   // buffer holds one tile).
-  void encode_tile(bool query, Index I, std::vector<C>& buf) const {
+  void encode_tile(bool query, Index I, Buffer<C>& buf) const {
     if (d_ == 0) return;  // no coordinates: only the epilogue's gradients
     const tiled::TilePlan& p = query ? qp_ : kp_;
     const Index b = p.begin[std::size_t(I)], n = p.rows(I), H = query ? Hq_ : Hk_;
@@ -353,7 +360,7 @@ class Run {
 
   // dq̂ (dk̂) of a tile through the encode backward at the relative positions; its parameter
   // gradient into `params` (the shard's for a query tile).
-  void backward_tile(Workspace<C>& w, bool query, Index I, std::vector<C>& dbuf,
+  void backward_tile(Workspace<C>& w, bool query, Index I, Buffer<C>& dbuf,
                      std::vector<R>* params) const {
     if (d_ == 0) return;
     const tiled::TilePlan& p = query ? qp_ : kp_;

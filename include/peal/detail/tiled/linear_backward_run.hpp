@@ -86,7 +86,7 @@ void write(const TensorView<T>& x, const double* from) {  // from: [tokens, head
 inline Rows rows(double* p, Index n, Index cols, Index ld) {
   return Rows(p, n, cols, Eigen::OuterStride<>(ld));
 }
-inline Rows rows(std::vector<double>& v, Index n, Index cols, Index ld, Index off = 0) {
+inline Rows rows(linear::Buffer<double>& v, Index n, Index cols, Index ld, Index off = 0) {
   return rows(v.data() + off, n, cols, ld);
 }
 
@@ -264,15 +264,19 @@ class ChunkBackward {
     std::vector<R> parameters, query_positions, key_positions;
     std::vector<double> decay, dlam;  // ∂L/∂γ (the pairs') and ∂L/∂λ (the states'), Hq
   };
-  // A key head's working memory: one chunk's rows (keys [n, 1, d], queries [m, G, d]).
+  // A key head's working memory: one chunk's rows (keys [n, 1, d], queries [m, G, d]), 64-byte
+  // aligned (linear::Buffer, linear_ops.hpp): with malloc's alignment Eigen's loops peeled a
+  // heap-dependent number of leading entries to scalar code, and at -O3 dq differed by one ulp
+  // between one thread and two (python/tests/test_linear_attention.py).
   struct Work {
+    using Buf = linear::Buffer<double>;
     Index kh = 0;
     Part* part = nullptr;
-    std::vector<double> kx, khat, vrows, dkhat, dvc, dkout, dki, relk;
-    std::vector<double> qx, qhat, dorows, dqhat, dqout, dqi, relq;
-    std::vector<double> S, dS, f, g, rho;
+    Buf kx, khat, vrows, dkhat, dvc, dkout, dki;
+    Buf qx, qhat, dorows, dqhat, dqout, dqi;
+    Buf S, dS, f, g, rho;
+    std::vector<double> relk, relq, dec;  // positions and decays: read, never an Eigen loop's
     std::vector<R> pos;
-    std::vector<double> dec;
     std::vector<State> checkpoints, segment, D;
     State X, Rc, XM;
     RowMatrix tmp, tmp2;
