@@ -1,5 +1,5 @@
 """A batched training step (forward + backward, frequencies learned) of peal_torch.attention on
-two threads: the batch in one call (its elements side by side, python/src/peal_torch.cpp's
+two threads: the batch in one call (its elements side by side, python/src/module.hpp's
 over_batch) against one call per element (each element's kernels on both threads: how the op
 ran a batch before), against one thread, and against PyTorch's autograd of the plain formula
 (bench_torch_step.py's `plain`, batched) on two threads; and bfloat16 and float16 tensors

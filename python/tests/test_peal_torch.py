@@ -143,7 +143,7 @@ def test_batched_and_shared_positions():
 @pytest.mark.parametrize("batch", [1, 3])
 def test_threads_give_the_bits_of_one_thread(batch):
     # One call per batch: with 3 elements and 2 threads the elements run side by side, with 1
-    # element its kernels take the threads (python/src/peal_torch.cpp, over_batch).
+    # element its kernels take the threads (python/src/module.hpp, over_batch).
     p = problem(nq=20, nk=24, Hq=4, Hk=2, d=8, dv=6, damped=True)
     q, k, v = rnd(batch, 20, 4, 8), rnd(batch, 24, 2, 8), rnd(batch, 24, 2, 6)
     tq = torch.stack([positions(20, 3.0 + b, True) for b in range(batch)]).requires_grad_()
