@@ -18,6 +18,7 @@
 // over 3000 positions of a growing composition) flush to 0.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "attention_backward_check.hpp"
 #include "toy_block.hpp"
@@ -53,6 +54,28 @@ TEST_CASE("attention backward: the shards' share of a causal staircase", "[atten
   CHECK(shard_count(16, 1.0, true) == peal::detail::backward_run::kMaxShards);
   CHECK(shard_count(16, peal::detail::backward_run::kShardBytes / 2, false) == 2);
   CHECK(shard_count(16, 2 * peal::detail::backward_run::kShardBytes, false) == 1);
+}
+
+TEST_CASE("attention backward: the per-thread buffers are 64-byte aligned", "[attention_backward]") {
+  // The bits of Eigen's loops over them must not depend on where the heap put them
+  // (detail/tiled/backward_run.hpp, Buffer): large blocks are mmap'd 16 bytes past a page.
+  namespace br = peal::detail::backward_run;
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; };
+  auto& w = br::Workspace<float>::local();
+  for (Index n : {Index(3), Index(1) << 20}) {
+    br::at_least(w.khat, n), br::at_least(w.dkhat, n), br::at_least(w.qhat, n);
+    br::at_least(w.dqhat, n), br::at_least(w.xbuf, n);
+    CHECK(aligned(w.khat.data()));
+    CHECK(aligned(w.dkhat.data()));
+    CHECK(aligned(w.qhat.data()));
+    CHECK(aligned(w.dqhat.data()));
+    CHECK(aligned(w.xbuf.data()));
+    auto& e = peal::detail::attention_backward::Work<float>::local();
+    br::at_least(e.dout, n), br::at_least(e.vd, n), br::at_least(e.dvacc, n);
+    CHECK(aligned(e.dout.data()));
+    CHECK(aligned(e.vd.data()));
+    CHECK(aligned(e.dvacc.data()));
+  }
 }
 
 TEST_CASE("attention backward: rebased tiles, GQA, causal and windowed masks, ALiBi",

@@ -14,6 +14,7 @@
 // L = Σ dO · out (parameters, decays, positions); bitwise equal for 1 and 3 threads.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <memory>
 #include <peal/linear_attention_backward.hpp>
 
@@ -282,6 +283,17 @@ void check_central_differences(const Shape& sh, Regime regime, int p, bool basis
 }
 
 }  // namespace
+
+TEST_CASE("linear attention backward: its kept buffers are 64-byte aligned", "[linear_backward]") {
+  // Eigen's loops run the entries before an aligned address as scalar code, whose rounding may
+  // differ from the packet code's: with malloc's alignment (an mmap'd block sits 16 bytes past a
+  // page) the bits would depend on the heap (detail/tiled/backward_run.hpp, Buffer).
+  namespace lb = peal::detail::linear_backward;
+  for (Index n : {Index(1), Index(1000), Index(1) << 20}) {
+    const double* p = lb::kept_buffer(lb::kS, n, 3);
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
+  }
+}
 
 TEST_CASE("linear attention backward: against the per-pair formula", "[linear_backward]") {
   // A mixed composition with a Jordan chain over 3000 positions (anchored tiles, cross factors),

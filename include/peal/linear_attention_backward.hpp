@@ -156,13 +156,15 @@ TensorView<T> tokens(const TensorView<T>& x, Index i0, Index n) {
 // The calling thread's buffers, kept between calls and grown when needed, never zero-filled
 // unless asked: fresh ones cost page faults and zero-filling, which were half of the backward's
 // time at n = 512 (perf, bench/README.md). Sizes are checked products: past the index range,
-// invalid_argument, never a wrapped small allocation.
+// invalid_argument, never a wrapped small allocation. 64-byte aligned (linear::Buffer): the
+// bits of Eigen's loops over them must not depend on the heap (detail/tiled/backward_run.hpp,
+// Buffer).
 enum Buffer { kS, kdS, kdKBlock, kdK, kdV, kV, kdO, kBuffers };
 inline double* kept_buffer(Buffer which, Index a, Index b, Index c = 1) {
   const Index n = checked_mul(checked_mul(a, b), c);
   if (n < 0) fail("linear_attention_backward: a working buffer's size overflows the index range");
-  thread_local std::vector<double> buffers[kBuffers];
-  std::vector<double>& buf = buffers[which];
+  thread_local linear::Buffer<double> buffers[kBuffers];
+  linear::Buffer<double>& buf = buffers[which];
   if (Index(buf.size()) < n) buf.resize(std::size_t(n));
   return buf.data();
 }
