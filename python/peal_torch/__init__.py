@@ -113,6 +113,12 @@ def _per_head_checks(heads, q, k):
     return Hq, Hq // Hk
 
 
+def _heads(x):
+    """x's heads as [..., 1, dim] views. split's backward joins the heads' gradients in one
+    copy; a slice per head would give each its own full-size zero gradient to add."""
+    return x.split(1, dim=-2)
+
+
 def _option_row(x, h):
     return None if x is None else x[h:h + 1]
 
@@ -425,8 +431,8 @@ def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
         out, lse = _Attention.apply(q, k, v, tq, tk, *params, alibi_slopes, sinks, cfg)
     else:  # one call per query head, on its key head (autograd sums a key head's gradients)
         Hq, G = _per_head_checks(heads, q, k)
-        parts = [_Attention.apply(q[..., h:h + 1, :], k[..., h // G:h // G + 1, :],
-                                  v[..., h // G:h // G + 1, :], tq, tk, *_head(params, h),
+        qs, ks, vs = _heads(q), _heads(k), _heads(v)
+        parts = [_Attention.apply(qs[h], ks[h // G], vs[h // G], tq, tk, *_head(params, h),
                                   _option_row(alibi_slopes, h), _option_row(sinks, h), cfg)
                  for h in range(Hq)]
         out = torch.cat([o for o, _ in parts], dim=-2)
@@ -467,9 +473,9 @@ def linear_attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambd
     if heads is None:
         return _LinearAttention.apply(q, k, v, tq, tk, *params, decay, cfg)
     Hq, G = _per_head_checks(heads, q, k)  # one call per query head, as attention()
-    return torch.cat([_LinearAttention.apply(q[..., h:h + 1, :], k[..., h // G:h // G + 1, :],
-                                             v[..., h // G:h // G + 1, :], tq, tk, *_head(params, h),
-                                             _option_row(decay, h), cfg)
+    qs, ks, vs = _heads(q), _heads(k), _heads(v)
+    return torch.cat([_LinearAttention.apply(qs[h], ks[h // G], vs[h // G], tq, tk,
+                                             *_head(params, h), _option_row(decay, h), cfg)
                       for h in range(Hq)], dim=-2)
 
 
@@ -494,6 +500,7 @@ def encode(x, t, inv_freq=None, *, damping=None, real_lambda=None, jordan_lambda
         if heads != x.shape[-2]:
             raise ValueError(f"peal_torch: per-head parameters have {heads} rows for "
                              f"{x.shape[-2]} heads")
-        y = torch.cat([_Encode.apply(xp[..., h:h + 1, :], t, *_head(params, h), interleaved,
+        xs = _heads(xp)
+        y = torch.cat([_Encode.apply(xs[h], t, *_head(params, h), interleaved,
                                      side == "query") for h in range(heads)], dim=-2)
     return y if c is None else y.index_select(-1, torch.argsort(c))
