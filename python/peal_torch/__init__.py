@@ -410,8 +410,9 @@ def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
     float64 inside), or [batch, n]. The encoding's parameters, each 1-D and each may be None
     (no such blocks), or 2-D [Hq, blocks] for one row per query head (a per-head encoding, as
     peal::PerHead: one kernel call per query head, each on its key head): inv_freq (and damping,
-    one per pair) on the first 2 * len(inv_freq) coordinates of each head, real_lambda on the next len(real_lambda), jordan_lambda (Jordan
-    blocks of size 2) on the next 2 * len(jordan_lambda); the rest pass through. coordinates
+    one per pair) on the first 2 * len(inv_freq) coordinates of each head, real_lambda on the
+    next len(real_lambda), jordan_lambda (Jordan blocks of size 2) on the next
+    2 * len(jordan_lambda); the rest pass through. coordinates
     (a permutation of range(d); None: the identity) places the blocks anywhere in the head:
     the blocks' coordinate c is the head's coordinate coordinates[c] (q and k are permuted
     before the kernels, a copy). Options as peal::AttentionOptions (include/peal/attention.hpp): causal (mask s_j > t_i), window (mask t_i - s_j >= window),

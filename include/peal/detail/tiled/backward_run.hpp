@@ -191,8 +191,9 @@ struct Targets {
 // dealt round-robin (I mod S) the last shard had S more than the first per pass, and two threads
 // over 4 shards of 8 tiles finished at 18 of 32 units instead of 16. Each shard sums its own
 // dk̂, parameter gradient and epilogue part (dV, the per-head and key-position gradients) over
-// its tiles in order, and the shards are added in their order at the end. S depends on the sizes alone, never on the
-// thread count, so any number of threads gives the bits of one thread: at most kMaxShards,
+// its tiles in order, and the shards are added in their order at the end. S depends on the
+// sizes alone, never on the thread count, so any number of threads gives the bits of one
+// thread: at most kMaxShards,
 // one per query tile at most (under a causal staircase one per two tiles, so that the dealing
 // back and forth balances them), and the shards' buffers within kShardBytes (at least one).
 // Shard 0 sums straight into the totals (zero before it, as its own buffer would be): the
