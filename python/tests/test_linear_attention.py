@@ -17,9 +17,9 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import peal_torch  # noqa: E402
 import reference  # noqa: E402
-from test_peal_torch import F32_ULP, F64, float32_errors, positions, rnd  # noqa: E402
+from accuracy import assert_float32_no_worse  # noqa: E402
+from test_peal_torch import F64, positions, rnd  # noqa: E402
 
-torch.manual_seed(1)
 
 
 def problem(damped, decayed, nq=6, nk=7, Hq=4, Hk=2, d=8, dv=6):
@@ -94,17 +94,17 @@ def test_linear_attention_threads_give_the_bits_of_one_thread(batch, form):
 
 @pytest.mark.parametrize("layout", ["half_split", "interleaved"])
 def test_linear_attention_float32_as_accurate_as_pytorch_float32(layout):
-    p, _ = problem(damped=False, decayed=True, nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32)
-    p["inv_freq"] = (10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)).requires_grad_()
     names = ["q", "k", "v", "inv_freq", "decay"]
-    tq, tk = p["tq"].detach() + 500.0, p["tk"].detach() + 490.0
 
-    def run(fn):
-        return lambda q, k, v, inv, dec: fn(q, k, v, tq, tk, inv, layout=layout, decay=dec)
-    ours, theirs, scale = float32_errors(run(peal_torch.linear_attention),
-                                         run(reference.linear_attention), [p[n] for n in names])
-    for name, e_ours, e_ref, s in zip(["out"] + names, ours, theirs, scale):
-        assert e_ours <= 2 * e_ref + F32_ULP * s, (name, float(e_ours), float(e_ref))
+    def draw():
+        p, _ = problem(damped=False, decayed=True, nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32)
+        p["inv_freq"] = (10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)).requires_grad_()
+        tq, tk = p["tq"].detach() + 500.0, p["tk"].detach() + 490.0
+
+        def run(fn):
+            return lambda q, k, v, inv, dec: fn(q, k, v, tq, tk, inv, layout=layout, decay=dec)
+        return run(peal_torch.linear_attention), run(reference.linear_attention), [p[n] for n in names]
+    assert_float32_no_worse(draw, names)
 
 
 @pytest.mark.parametrize("layout", ["half_split", "interleaved"])
@@ -143,18 +143,18 @@ def test_retnet_normalization_gradcheck(form):
 def test_retnet_normalization_float32_as_accurate_as_pytorch_float32(form):
     # The float kernels (float storage and arithmetic) of RetNet's normalisation, forward and
     # backward, against the float64 truth: as accurate as torchscale's formula in float32.
-    p, _ = problem(damped=False, decayed=True, nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32)
-    p["inv_freq"] = (10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)).requires_grad_()
     names = ["q", "k", "v", "inv_freq", "decay"]
-    tq, tk = p["tq"].detach() + 500.0, p["tk"].detach() + 490.0
 
-    def run(fn):
-        return lambda q, k, v, inv, dec: fn(q, k, v, tq, tk, inv, decay=dec, normalization="retnet",
-                                            form=form)
-    ours, theirs, scale = float32_errors(run(peal_torch.linear_attention),
-                                         run(reference.linear_attention), [p[n] for n in names])
-    for name, e_ours, e_ref, s in zip(["out"] + names, ours, theirs, scale):
-        assert e_ours <= 2 * e_ref + F32_ULP * s, (name, float(e_ours), float(e_ref))
+    def draw():
+        p, _ = problem(damped=False, decayed=True, nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32)
+        p["inv_freq"] = (10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)).requires_grad_()
+        tq, tk = p["tq"].detach() + 500.0, p["tk"].detach() + 490.0
+
+        def run(fn):
+            return lambda q, k, v, inv, dec: fn(q, k, v, tq, tk, inv, decay=dec,
+                                                normalization="retnet", form=form)
+        return run(peal_torch.linear_attention), run(reference.linear_attention), [p[n] for n in names]
+    assert_float32_no_worse(draw, names)
 
 
 def test_linear_attention_bad_input():

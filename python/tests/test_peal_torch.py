@@ -21,10 +21,9 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import peal_torch  # noqa: E402
 import reference  # noqa: E402
+from accuracy import assert_float32_no_worse  # noqa: E402
 
-torch.manual_seed(0)
 F64 = torch.float64
-F32_ULP = 2.0 ** -23
 
 
 def rnd(*shape, dtype=F64, grad=True):
@@ -183,35 +182,19 @@ def test_lse_is_returned_and_not_differentiable():
     assert torch.allclose(lse, torch.logsumexp(x, dim=-1), rtol=1e-12)
 
 
-def float32_errors(fn_ours, fn_ref, tensors64):
-    """max |ours32 - truth| and max |ref32 - truth| for the value and each gradient."""
-    t32 = [x.detach().float().requires_grad_(x.requires_grad) for x in tensors64]
-    truth = fn_ref(*tensors64)
-    d_out = torch.randn_like(truth)
-    g_truth = torch.autograd.grad(truth, tensors64, d_out)
-    res = []
-    for fn in (fn_ours, fn_ref):
-        y = fn(*t32)
-        g = torch.autograd.grad(y, t32, d_out.float())
-        res.append([(y.double() - truth).abs().max()] + [(a.double() - b).abs().max()
-                                                         for a, b in zip(g, g_truth)])
-    scale = [truth.abs().max()] + [b.abs().max() for b in g_truth]
-    return res[0], res[1], scale
-
-
 @pytest.mark.parametrize("layout", ["half_split", "interleaved"])
 def test_float32_as_accurate_as_pytorch_float32(layout):
-    p = problem(nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32, pairs=4, start=500.0)
-    p["inv_freq"] = (10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)).requires_grad_()
     names = ["q", "k", "v", "inv_freq"]
-    tensors = [p[n] for n in names]
-    tq, tk = p["tq"].detach(), p["tk"].detach() + 480.0
 
-    def run(fn):
-        return lambda q, k, v, inv: fn(q, k, v, tq, tk, inv, layout=layout, causal=True)
-    ours, theirs, scale = float32_errors(run(peal_torch.attention), run(reference.attention), tensors)
-    for name, e_ours, e_ref, s in zip(["out"] + names, ours, theirs, scale):
-        assert e_ours <= 2 * e_ref + F32_ULP * s, (name, float(e_ours), float(e_ref))
+    def draw():
+        p = problem(nq=40, nk=48, Hq=4, Hk=4, d=32, dv=32, pairs=4, start=500.0)
+        p["inv_freq"] = (10000.0 ** (-torch.arange(0, 16, 2, dtype=F64) / 16)).requires_grad_()
+        tq, tk = p["tq"].detach(), p["tk"].detach() + 480.0
+
+        def run(fn):
+            return lambda q, k, v, inv: fn(q, k, v, tq, tk, inv, layout=layout, causal=True)
+        return run(peal_torch.attention), run(reference.attention), [p[n] for n in names]
+    assert_float32_no_worse(draw, names)
 
 
 class TinyModel(torch.nn.Module):
