@@ -18,7 +18,9 @@ each head in this order (the rest pass through):
 
 coordinates= (a permutation of the head's coordinates) places the blocks anywhere in the head;
 a parameter given as [heads, blocks] instead of [blocks] is per query head (RoPE-Mixed's
-learned frequencies per head, RetNet's per-head rates).
+learned frequencies per head, RetNet's per-head rates). axes=D (attention and encode): positions
+are points in R^D ([tokens, D]: image patches, video) and each parameter has one row per axis,
+[D, blocks], A(p) = prod_a A_a(p_a) (peal::MultiAxis; RoPE-Mixed, axial 2-D RoPE).
 Gradients are exact and deterministic, for q, k, v, every block's parameters (frequencies,
 dampings, lambda, mu), the positions (learned or data-dependent timestamps), ALiBi slopes,
 attention sinks and linear attention's per-head decays: the backward kernels of include/peal/attention_backward.hpp,
@@ -73,23 +75,44 @@ def _np(x, dtype):
     return x.detach().to(dtype).contiguous().numpy()
 
 
-def _parameters(inv_freq, damping, real_lambda, jordan_lambda):
+def _axes(axes):
+    """axes as an int >= 1 (N-D points), or None (1-D positions)."""
+    if axes is None:
+        return None
+    if isinstance(axes, bool) or not isinstance(axes, int) or not 1 <= axes <= 16:
+        raise ValueError(f"peal_torch: axes must be an int in [1, 16] or None, got {axes!r}")
+    return axes
+
+
+def _rank(axes):
+    """The dimensions of a shared parameter: [blocks], or [axes, blocks] over N-D points."""
+    return 1 if axes is None else 2
+
+
+def _parameters(inv_freq, damping, real_lambda, jordan_lambda, axes=None):
     """The four parameter tensors of the encoding (None: no such blocks, no damping), each
-    [blocks] (shared by the heads) or [heads, blocks] (one row per query head), and the number
-    of heads of the per-head ones (None: all shared)."""
+    [blocks] (shared by the heads) or [heads, blocks] (one row per query head); over N-D points
+    (axes = D) [D, blocks] or [heads, D, blocks]. Returns them and the number of heads of the
+    per-head ones (None: all shared)."""
+    if axes is not None and jordan_lambda is not None:
+        raise ValueError("peal_torch: Jordan blocks need 1-D positions (peal's kernels over N-D "
+                         "points refuse them: their polynomial factors at points lose precision)")
     if inv_freq is None:
         if damping is not None:
             raise ValueError("peal_torch: a damping needs inv_freq (one per rotary pair)")
-        inv_freq = torch.zeros(0, dtype=torch.float64)
-    heads = set()
+        inv_freq = torch.zeros((0,) if axes is None else (axes, 0), dtype=torch.float64)
+    heads, r = set(), _rank(axes)
     for x, name in ((inv_freq, "inv_freq"), (damping, "damping"), (real_lambda, "real_lambda"),
                     (jordan_lambda, "jordan_lambda")):
         if x is None:
             continue
-        if x.dim() not in (1, 2):
+        if axes is None and x.dim() not in (1, 2):
             raise ValueError(f"peal_torch: {name} must be 1-D (one entry per block) or 2-D "
                              "(one row per query head)")
-        if x.dim() == 2:
+        if axes is not None and (x.dim() not in (2, 3) or x.shape[-2] != axes):
+            raise ValueError(f"peal_torch: over {axes}-D points, {name} must be [{axes}, blocks] "
+                             f"(one row per axis) or [heads, {axes}, blocks], got {list(x.shape)}")
+        if x.dim() == r + 1:
             heads.add(x.shape[0])
     if damping is not None and damping.shape[-1] != inv_freq.shape[-1]:
         raise ValueError("peal_torch: damping must have one entry per rotary pair, as inv_freq")
@@ -98,9 +121,10 @@ def _parameters(inv_freq, damping, real_lambda, jordan_lambda):
     return (inv_freq, damping, real_lambda, jordan_lambda), (heads.pop() if heads else None)
 
 
-def _head(params, h):
+def _head(params, h, axes=None):
     """Head h's parameters: row h of the per-head ones, the shared ones as they are."""
-    return tuple(None if x is None else x[h] if x.dim() == 2 else x for x in params)
+    r = _rank(axes)
+    return tuple(None if x is None else x[h] if x.dim() == r + 1 else x for x in params)
 
 
 def _per_head_checks(heads, q, k):
@@ -131,57 +155,74 @@ def _batched(x, name):
     raise ValueError(f"peal_torch: {name} must be [tokens, heads, dim] or [batch, tokens, heads, dim]")
 
 
-def _positions(t, batch, tokens, name):
-    """t as a float64 [batch, tokens] tensor (a shared [tokens] one expanded)."""
+def _positions(t, batch, tokens, name, axes=None):
+    """t as a float64 [batch, tokens] tensor (a shared [tokens] one expanded); over N-D points,
+    [batch, tokens, axes] (a shared [tokens, axes] one expanded)."""
     t = t.detach().to(torch.float64)
-    if t.dim() == 1:
-        t = t.unsqueeze(0).expand(batch, -1)
-    if t.shape != (batch, tokens):
-        raise ValueError(f"peal_torch: {name} must be [{tokens}] or [{batch}, {tokens}], got {list(t.shape)}")
+    if axes is None:
+        if t.dim() == 1:
+            t = t.unsqueeze(0).expand(batch, -1)
+        if t.shape != (batch, tokens):
+            raise ValueError(f"peal_torch: {name} must be [{tokens}] or [{batch}, {tokens}], "
+                             f"got {list(t.shape)}")
+        return t
+    if t.dim() == 2:
+        t = t.unsqueeze(0).expand(batch, -1, -1)
+    if t.shape != (batch, tokens, axes):
+        raise ValueError(f"peal_torch: {name} must be [{tokens}, {axes}] or [{batch}, {tokens}, "
+                         f"{axes}] ({axes}-D points), got {list(t.shape)}")
     return t
 
 
-def _reduce_positions(g, t):
-    """The gradient of positions given as t ([tokens] shared by the batch: summed)."""
+def _reduce_positions(g, t, axes=None):
+    """The gradient of positions given as t (shared by the batch: summed). g is [batch,
+    tokens] or, over N-D points, [batch, tokens * axes] (token-major)."""
     g = g.to(t.dtype)
-    return g.sum(0) if t.dim() == 1 else g
+    if axes is not None:
+        g = g.reshape(g.shape[0], -1, axes)
+    return g.sum(0) if t.dim() == _rank(axes) else g
 
 
 def _blocks(omega, a, real, jordan, interleaved):
     """The encoding for the kernels: each parameter as a float64 NumPy array (a: zeros when
     None; real, jordan: no blocks when None)."""
     b = _ext.Blocks()
-    none = torch.zeros(0, dtype=torch.float64)
+    none = torch.zeros(tuple(omega.shape[:-1]) + (0,), dtype=torch.float64)  # [0] or [D, 0]
     b.omega = _np(omega, torch.float64)
     b.a = _np(torch.zeros_like(omega) if a is None else a, torch.float64)
     b.real = _np(none if real is None else real, torch.float64)
-    b.jordan = _np(none if jordan is None else jordan, torch.float64)
+    b.jordan = _np(torch.zeros(0, dtype=torch.float64) if jordan is None else jordan, torch.float64)
     b.interleaved = interleaved
     return b
 
 
 def _parameter_gradients(g, need, params):
     """The gradients of params = (omega, a, real, jordan) from g, their float64 gradient
-    [omega, a, real, jordan] (None for those not needed or absent)."""
+    [omega, a, real, jordan] (None for those not needed or absent); over N-D points, params are
+    [D, blocks] and g is axis by axis, each axis's [omega, a, real] (peal's "axis[a]." layout)."""
     out, at = [], 0
-    n = params[0].shape[0]
+    n = params[0].shape[-1]
+    g = g.reshape(params[0].shape[:-1].numel(), -1)  # one row per axis (one row in 1-D)
     # The kernels' vector has n entries for a whether or not it was given (zeros: _blocks).
-    sizes = (n, n) + tuple(0 if x is None else x.shape[0] for x in params[2:])
+    sizes = (n, n) + tuple(0 if x is None else x.shape[-1] for x in params[2:])
     for x, wanted, size in zip(params, need, sizes):
-        out.append(g[at:at + size].to(x.dtype) if wanted and x is not None else None)
+        out.append(g[:, at:at + size].reshape(x.shape).to(x.dtype) if wanted and x is not None
+                   else None)
         at += size
     return out
 
 
-def _attention_inputs(q, k, v, tq, tk):
-    """q, k, v with a batch dimension, the positions as [batch, tokens], and whether q had one."""
+def _attention_inputs(q, k, v, tq, tk, axes=None):
+    """q, k, v with a batch dimension, the positions as [batch, tokens] ([batch, tokens, axes]
+    over N-D points), and whether q had one."""
     qb, batched = _batched(q, "q")
     kb, _ = _batched(k, "k")
     vb, _ = _batched(v, "v")
     if not (qb.shape[0] == kb.shape[0] == vb.shape[0]):
         raise ValueError("peal_torch: q, k and v must have the same batch size")
     B = qb.shape[0]
-    return qb, kb, vb, _positions(tq, B, qb.shape[1], "tq"), _positions(tk, B, kb.shape[1], "tk"), batched
+    return (qb, kb, vb, _positions(tq, B, qb.shape[1], "tq", axes),
+            _positions(tk, B, kb.shape[1], "tk", axes), batched)
 
 
 def _tensor(a):
@@ -192,15 +233,15 @@ def _unbatched(x, batched):
     return x if batched else x[0]
 
 
-def _common_gradients(res, w, need, batched, dtype, tq, tk, params):
+def _common_gradients(res, w, need, batched, dtype, tq, tk, params, axes=None):
     """dq, dk, dv (in dtype, q's), d_tq, d_tk and the gradients of params (omega, a, real,
     jordan) from the first six results of a backward over the batch (q, k, v [B, ...], the
     parameters [omega, a, real, jordan] summed over it, tq, tk [B, n]); need[5:9]: the
     parameters'."""
     dq, dk, dv = (_unbatched(_tensor(res[i]).to(dtype), batched) if wanted else None
                   for i, wanted in enumerate((w.q, w.k, w.v)))
-    dtq = _reduce_positions(_tensor(res[4]), tq) if w.tq else None
-    dtk = _reduce_positions(_tensor(res[5]), tk) if w.tk else None
+    dtq = _reduce_positions(_tensor(res[4]), tq, axes) if w.tq else None
+    dtk = _reduce_positions(_tensor(res[5]), tk, axes) if w.tk else None
     d_par = (_parameter_gradients(_tensor(res[3]), need[5:9], params) if w.parameters
              else [None] * 4)
     return (dq, dk, dv, dtq, dtk, *d_par)
@@ -214,6 +255,12 @@ class _Settings:
     softcap: float
     scale: Optional[float]
     threads: int
+    axes: Optional[int] = None  # N-D points with this many axes (None: 1-D positions)
+
+
+def _kernel(stem, axes, name):
+    """The kernels' binding: stem_float32, or stem_points_float32 over N-D points."""
+    return getattr(_ext, stem + ("_points_" if axes is not None else "_") + name)
 
 
 def _options(cfg, slopes, sinks):
@@ -234,10 +281,10 @@ class _Attention(torch.autograd.Function):
         kd, name = _kernels(q)
         if not q.dtype == k.dtype == v.dtype:
             raise ValueError(f"peal_torch: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-        qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk)
+        qb, kb, vb, ptq, ptk, batched = _attention_inputs(q, k, v, tq, tk, cfg.axes)
         blocks = _blocks(omega, a, real, jordan, cfg.interleaved)
         opt = _options(cfg, slopes, sinks)
-        out, lse = getattr(_ext, "attention_forward_" + name)(
+        out, lse = _kernel("attention_forward", cfg.axes, name)(
             _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
             blocks, opt)
         out, lse = torch.from_numpy(out), torch.from_numpy(lse)
@@ -260,7 +307,7 @@ class _Attention(torch.autograd.Function):
         cfg = ctx.cfg
         kd, name = _kernels(q)
         need = ctx.needs_input_grad
-        qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk)
+        qb, kb, vb, ptq, ptk, _ = _attention_inputs(q, k, v, tq, tk, cfg.axes)
         dob = d_out if ctx.batched else d_out.unsqueeze(0)
         blocks = _blocks(omega, a, real, jordan, cfg.interleaved)
         opt = _options(cfg, slopes, sinks)
@@ -269,11 +316,11 @@ class _Attention(torch.autograd.Function):
         w.tq, w.tk = need[3], need[4]
         w.parameters = any(need[5:9])
         w.slopes, w.sinks = need[9], need[10]
-        res = getattr(_ext, "attention_backward_" + name)(
+        res = _kernel("attention_backward", cfg.axes, name)(
             _np(qb, kd), _np(ptq, torch.float64), _np(kb, kd), _np(ptk, torch.float64), _np(vb, kd),
             blocks, opt, _np(out, kd), _np(lse, torch.float64), _np(dob, kd), w)
         grads = _common_gradients(res, w, need, ctx.batched, q.dtype, tq, tk,
-                                  (omega, a, real, jordan))
+                                  (omega, a, real, jordan), cfg.axes)
         d_slopes = _tensor(res[6]).to(slopes.dtype) if w.slopes else None
         d_sinks = _tensor(res[7]).to(sinks.dtype) if w.sinks else None
         return (*grads, d_slopes, d_sinks, None)
@@ -343,36 +390,36 @@ class _LinearAttention(torch.autograd.Function):
 
 class _Encode(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, t, omega, a, real, jordan, interleaved, query):
+    def forward(ctx, x, t, omega, a, real, jordan, interleaved, query, axes):
         kd, name = _kernels(x)
         xb, batched = _batched(x, "x")
-        pt = _positions(t, xb.shape[0], xb.shape[1], "t")
+        pt = _positions(t, xb.shape[0], xb.shape[1], "t", axes)
         blocks = _blocks(omega, a, real, jordan, interleaved)
-        y = torch.from_numpy(getattr(_ext, "encode_forward_" + name)(
+        y = torch.from_numpy(_kernel("encode_forward", axes, name)(
             _np(xb, kd), _np(pt, torch.float64), blocks, query)).to(x.dtype)
         ctx.save_for_backward(x, t, omega, a, real, jordan)
-        ctx.settings = (interleaved, query, batched)
+        ctx.settings = (interleaved, query, batched, axes)
         return _unbatched(y, batched)
 
     @staticmethod
     def backward(ctx, dy):
         x, t, omega, a, real, jordan = ctx.saved_tensors
-        interleaved, query, batched = ctx.settings
+        interleaved, query, batched, axes = ctx.settings
         need = ctx.needs_input_grad
         kd, name = _kernels(x)
         xb, _ = _batched(x, "x")
         dyb = dy if batched else dy.unsqueeze(0)
-        pt = _positions(t, xb.shape[0], xb.shape[1], "t")
+        pt = _positions(t, xb.shape[0], xb.shape[1], "t", axes)
         blocks = _blocks(omega, a, real, jordan, interleaved)
         want_par = any(need[2:6])
-        dx, gp, gt = getattr(_ext, "encode_backward_" + name)(
+        dx, gp, gt = _kernel("encode_backward", axes, name)(
             _np(xb, kd), _np(pt, torch.float64), blocks, query, _np(dyb, kd), need[0], want_par,
             need[1])
         dx = _unbatched(_tensor(dx).to(x.dtype), batched) if need[0] else None
-        dt = _reduce_positions(_tensor(gt), t) if need[1] else None
+        dt = _reduce_positions(_tensor(gt), t, axes) if need[1] else None
         d_par = (_parameter_gradients(_tensor(gp), need[2:6], (omega, a, real, jordan))
                  if want_par else [None] * 4)
-        return (dx, dt, *d_par, None, None)
+        return (dx, dt, *d_par, None, None, None)
 
 
 def _coordinates(coordinates, d):
@@ -402,7 +449,8 @@ def _layout(layout):
 
 def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
               jordan_lambda=None, coordinates=None, layout="half_split", causal=False, window=None,
-              alibi_slopes=None, softcap=0.0, sinks=None, scale=None, threads=0, return_lse=False):
+              alibi_slopes=None, softcap=0.0, sinks=None, scale=None, threads=0, return_lse=False,
+              axes=None):
     """Softmax attention with the encoding's blocks applied to q and k (the module's doc).
 
     q [nq, Hq, d], k [nk, Hk, d], v [nk, Hk, dv] (Hq a multiple of Hk: grouped-query heads),
@@ -421,19 +469,29 @@ def attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambda=None,
     a batch of at least that many elements runs them side by side, one thread each, else each
     element's kernels take the threads; the results do not depend on it. Every tensor argument
     may require grad. Returns out [nq, Hq, dv] (and lse [nq, Hq], natural log, with return_lse).
+
+    axes=D: the positions are points p in R^D (image patches, video frames), tq [nq, D] and
+    tk [nk, D] (or [batch, n, D]), and A(p) = prod_a A_a(p_a) (peal::MultiAxis,
+    include/peal/multi_axis.hpp): inv_freq, damping and real_lambda are [D, blocks] (per-head:
+    [Hq, D, blocks]), pair i rotating by sum_a inv_freq[a, i] p_a (RoPE-Mixed; axial 2-D RoPE
+    and M-RoPE-like sections are the frequencies zero off their axis). No Jordan blocks and no
+    ALiBi slopes over points; causal and window follow token order (query i sees key j when
+    j <= nk - nq + i; window in tokens), as peal's attention over points
+    (include/peal/scores_nd.hpp). d_tq and d_tk are [.., n, D].
     """
     interleaved = _layout(layout)
-    params, heads = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
+    axes = _axes(axes)
+    params, heads = _parameters(inv_freq, damping, real_lambda, jordan_lambda, axes)
     c = _coordinates(coordinates, q.shape[-1])
     cfg = _Settings(interleaved, bool(causal), math.inf if window is None else float(window),
-                    float(softcap), None if scale is None else float(scale), int(threads))
+                    float(softcap), None if scale is None else float(scale), int(threads), axes)
     q, k = _permuted(q, c), _permuted(k, c)
     if heads is None:
         out, lse = _Attention.apply(q, k, v, tq, tk, *params, alibi_slopes, sinks, cfg)
     else:  # one call per query head, on its key head (autograd sums a key head's gradients)
         Hq, G = _per_head_checks(heads, q, k)
         qs, ks, vs = _heads(q), _heads(k), _heads(v)
-        parts = [_Attention.apply(qs[h], ks[h // G], vs[h // G], tq, tk, *_head(params, h),
+        parts = [_Attention.apply(qs[h], ks[h // G], vs[h // G], tq, tk, *_head(params, h, axes),
                                   _option_row(alibi_slopes, h), _option_row(sinks, h), cfg)
                  for h in range(Hq)]
         out = torch.cat([o for o, _ in parts], dim=-2)
@@ -481,27 +539,29 @@ def linear_attention(q, k, v, tq, tk, inv_freq=None, *, damping=None, real_lambd
 
 
 def encode(x, t, inv_freq=None, *, damping=None, real_lambda=None, jordan_lambda=None,
-           coordinates=None, layout="half_split", side="query"):
+           coordinates=None, layout="half_split", side="query", axes=None):
     """The encoded rows: F(t) x = A(t)^T x for side="query", G(t) x = A(-t) x for side="key"
     (the encoding's blocks and coordinates as attention()'s; the result in x's coordinates).
 
     For RoPE (no damping) both are HF's apply_rotary_pos_emb of x at positions t; with a
     damping the query side is scaled by exp(a t) and the key side by exp(-a t), so that
     encode(q, t, side="query") . encode(k, s, side="key") = q^T A(t - s) k.
+    axes=D: t is [n, D] (or [batch, n, D]) points and the parameters [D, blocks], as attention().
     """
     if side not in ("query", "key"):
         raise ValueError(f"peal_torch: side must be 'query' or 'key', got {side!r}")
     interleaved = _layout(layout)
-    params, heads = _parameters(inv_freq, damping, real_lambda, jordan_lambda)
+    axes = _axes(axes)
+    params, heads = _parameters(inv_freq, damping, real_lambda, jordan_lambda, axes)
     c = _coordinates(coordinates, x.shape[-1])
     xp = _permuted(x, c)
     if heads is None:
-        y = _Encode.apply(xp, t, *params, interleaved, side == "query")
+        y = _Encode.apply(xp, t, *params, interleaved, side == "query", axes)
     else:
         if heads != x.shape[-2]:
             raise ValueError(f"peal_torch: per-head parameters have {heads} rows for "
                              f"{x.shape[-2]} heads")
         xs = _heads(xp)
-        y = torch.cat([_Encode.apply(xs[h], t, *_head(params, h), interleaved,
-                                     side == "query") for h in range(heads)], dim=-2)
+        y = torch.cat([_Encode.apply(xs[h], t, *_head(params, h, axes), interleaved,
+                                     side == "query", axes) for h in range(heads)], dim=-2)
     return y if c is None else y.index_select(-1, torch.argsort(c))

@@ -1,8 +1,10 @@
 // _peal_torch's kernels over a batch (python/src/module.hpp) for one storage type T: softmax
 // attention (include/peal/attention.hpp, include/peal/attention_backward.hpp), linear attention
 // (include/peal/linear_attention.hpp, include/peal/linear_attention_backward.hpp) and encode
-// (include/peal/encode.hpp, include/peal/encode_backward.hpp), forward and backward. Included
-// by module.cpp (float32) and float64.cpp only.
+// (include/peal/encode.hpp, include/peal/encode_backward.hpp), forward and backward; attention
+// and encode also over N-D points (include/peal/scores_nd.hpp, include/peal/scores_nd_backward.hpp;
+// module.hpp's Points). Included by module.cpp (float32), float64.cpp, points.cpp and
+// points_float64.cpp only.
 #pragma once
 
 #include <peal/attention.hpp>
@@ -12,6 +14,8 @@
 #include <peal/linear_attention.hpp>
 #include <peal/linear_attention_backward.hpp>
 #include <peal/parameters.hpp>
+#include <peal/scores_nd.hpp>
+#include <peal/scores_nd_backward.hpp>
 #include <string>
 #include <vector>
 
@@ -31,19 +35,20 @@ inline peal::AttentionOptions attention_options(const Options& o) {
   return a;
 }
 
-// out [B, nq, Hq, dv] and lse [B, nq, Hq] (float64).
-template <class T>
+// out [B, nq, Hq, dv] and lse [B, nq, Hq] (float64). G: 1-D positions (Line) or N-D points
+// (Points; module.hpp).
+template <class T, class G>
 py::tuple attention_forward(const In<T>& q, const In<double>& tq, const In<T>& k,
                             const In<double>& tk, const In<T>& v, const Blocks& blocks,
                             const Options& o) {
   const auto qb = batch(q, "q"), kb = batch(k, "k"), vb = batch(v, "v");
   same_batch(qb.batch, kb.batch, vb.batch);
-  const Encoding enc = encoding(blocks, qb.dim);
+  const typename G::Enc enc = G::encoding(blocks, qb.dim);
   const peal::AttentionOptions opt = attention_options(o);
   const Index B = qb.batch;
   auto out = empty_batch<T>(B, qb.tokens, qb.heads, vb.dim);
   py::array_t<double> lse({py::ssize_t(B), py::ssize_t(qb.tokens), py::ssize_t(qb.heads)});
-  const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
+  const auto pq = G::positions(tq, "tq", B, qb.tokens), pk = G::positions(tk, "tk", B, kb.tokens);
   const auto ob = batch(out);
   double* lse_p = lse.mutable_data();
   {
@@ -60,7 +65,7 @@ py::tuple attention_forward(const In<T>& q, const In<double>& tq, const In<T>& k
 
 // (dq, dk, dv [B, n, H, ·], d_parameters [ω, a, λ, μ] summed over the batch, d_tq [B, nq],
 // d_tk [B, nk], d_slopes, d_sinks summed); None where not wanted.
-template <class T>
+template <class T, class G>
 py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
                              const In<double>& tk, const In<T>& v, const Blocks& blocks, const Options& o,
                              const In<T>& out, const In<double>& lse, const In<T>& d_out,
@@ -70,14 +75,14 @@ py::tuple attention_backward(const In<T>& q, const In<double>& tq, const In<T>& 
   same_batch(qb.batch, kb.batch, vb.batch);
   const Index B = qb.batch;
   if (outb.batch != B || dob.batch != B) fail("out and d_out must have q's batch size");
-  const Encoding enc = encoding(blocks, qb.dim);
+  const typename G::Enc enc = G::encoding(blocks, qb.dim);
   const peal::AttentionOptions opt = attention_options(o);
   if (lse.ndim() != 3 || lse.shape(0) != B || lse.shape(1) != qb.tokens || lse.shape(2) != qb.heads)
     fail("lse must be [batch, tokens, heads] of q");
   const Index lse_n = qb.tokens * qb.heads;
   const double* lse_p = lse.data();
-  const auto pq = positions(tq, "tq", B, qb.tokens), pk = positions(tk, "tk", B, kb.tokens);
-  BatchGradients<T> g(w, qb, kb, vb, std::size_t(peal::parameter_count(enc)));
+  const auto pq = G::positions(tq, "tq", B, qb.tokens), pk = G::positions(tk, "tk", B, kb.tokens);
+  BatchGradients<T> g(w, qb, kb, vb, std::size_t(peal::parameter_count(enc)), G::per_token(enc));
   std::vector<std::vector<double>> g_slopes(std::size_t(B), std::vector<double>(opt.alibi_slopes.size())),
       g_sinks(std::size_t(B), std::vector<double>(opt.sinks.size()));
   const bool slopes = w.slopes && !opt.alibi_slopes.empty(), sinks = w.sinks && !opt.sinks.empty();
@@ -162,13 +167,13 @@ py::tuple linear_backward(const In<T>& q, const In<double>& tq, const In<T>& k,
 
 // F(t) x (query) or G(t) x (key), out of place: [B, n, H, d]. Encode is memory-bound: the
 // batch runs on one thread, as before.
-template <class T>
+template <class T, class G>
 py::array_t<T> encode_forward(const In<T>& x, const In<double>& t, const Blocks& blocks, bool query) {
   const auto xb = batch(x, "x");
-  const Encoding enc = encoding(blocks, xb.dim);
+  const typename G::Enc enc = G::encoding(blocks, xb.dim);
   auto y = empty_batch<T>(xb.batch, xb.tokens, xb.heads, xb.dim);
   const auto yb = batch(y);
-  const auto p = positions(t, "t", xb.batch, xb.tokens);
+  const auto p = G::positions(t, "t", xb.batch, xb.tokens);
   {
     py::gil_scoped_release unlocked;
     for (Index b = 0; b < xb.batch; ++b) {
@@ -182,19 +187,20 @@ py::array_t<T> encode_forward(const In<T>& x, const In<double>& t, const Blocks&
 }
 
 // (dx, d_parameters [ω, a, λ, μ] summed, d_t [B, n]); None where not wanted.
-template <class T>
+template <class T, class G>
 py::tuple encode_backward(const In<T>& x, const In<double>& t, const Blocks& blocks, bool query,
                           const In<T>& dy,
                           bool want_x, bool want_parameters, bool want_t) {
   const auto xb = batch(x, "x"), dyb = batch(dy, "dy");
   if (dyb.batch != xb.batch) fail("dy must have x's batch size");
   const Index B = xb.batch;
-  const Encoding enc = encoding(blocks, xb.dim);
+  const typename G::Enc enc = G::encoding(blocks, xb.dim);
   auto dx = empty_batch<T>(B, want_x ? xb.tokens : 0, xb.heads, xb.dim);
   const auto dxb = batch(dx);
   std::vector<double> g_par(std::size_t(peal::parameter_count(enc)));
-  std::vector<std::vector<double>> g_t(std::size_t(B), std::vector<double>(std::size_t(xb.tokens)));
-  const auto p = positions(t, "t", B, xb.tokens);
+  const Index nt = xb.tokens * G::per_token(enc);  // position-gradient entries per element
+  std::vector<std::vector<double>> g_t(std::size_t(B), std::vector<double>(static_cast<std::size_t>(nt)));
+  const auto p = G::positions(t, "t", B, xb.tokens);
   {
     py::gil_scoped_release unlocked;
     for (Index b = 0; b < B; ++b) {  // one parameter sum, in the batch's order
@@ -208,19 +214,29 @@ py::tuple encode_backward(const In<T>& x, const In<double>& t, const Blocks& blo
     }
   }
   return py::make_tuple(maybe(want_x, dx), maybe(want_parameters, array(g_par)),
-                        maybe(want_t, array2(g_t, xb.tokens)));
+                        maybe(want_t, array2(g_t, nt)));
 }
 
 // One name per storage type (attention_forward_float32, ...): the Python side picks by the
 // tensors' dtype, so that forcecast never converts a float64 tensor to float32 or back.
 template <class T>
 void bind_storage(py::module_& m, const std::string& dtype) {
-  m.def(("attention_forward_" + dtype).c_str(), &attention_forward<T>);
-  m.def(("attention_backward_" + dtype).c_str(), &attention_backward<T>);
+  m.def(("attention_forward_" + dtype).c_str(), &attention_forward<T, Line>);
+  m.def(("attention_backward_" + dtype).c_str(), &attention_backward<T, Line>);
   m.def(("linear_forward_" + dtype).c_str(), &linear_forward<T>);
   m.def(("linear_backward_" + dtype).c_str(), &linear_backward<T>);
-  m.def(("encode_forward_" + dtype).c_str(), &encode_forward<T>);
-  m.def(("encode_backward_" + dtype).c_str(), &encode_backward<T>);
+  m.def(("encode_forward_" + dtype).c_str(), &encode_forward<T, Line>);
+  m.def(("encode_backward_" + dtype).c_str(), &encode_backward<T, Line>);
+}
+
+// The kernels over N-D points (attention_forward_points_float32, ...; peal has no linear
+// attention over points).
+template <class T>
+void bind_point_kernels(py::module_& m, const std::string& dtype) {
+  m.def(("attention_forward_points_" + dtype).c_str(), &attention_forward<T, Points>);
+  m.def(("attention_backward_points_" + dtype).c_str(), &attention_backward<T, Points>);
+  m.def(("encode_forward_points_" + dtype).c_str(), &encode_forward<T, Points>);
+  m.def(("encode_backward_points_" + dtype).c_str(), &encode_backward<T, Points>);
 }
 
 }  // namespace peal_torch

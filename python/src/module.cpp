@@ -45,5 +45,6 @@ PYBIND11_MODULE(_peal_torch, m) {
       .def_readwrite("normalization", &LinearOptions::normalization);
   bind_storage<float>(m, "float32");
   bind_float64(m);
+  bind_points(m);
 }
 

@@ -43,8 +43,10 @@
 #include <peal/errors.hpp>
 #include <peal/jordan_block.hpp>
 #include <peal/linear_options.hpp>
+#include <peal/multi_axis.hpp>
 #include <peal/pass_through.hpp>
 #include <peal/positions.hpp>
+#include <peal/positions_nd.hpp>
 #include <peal/real_block.hpp>
 #include <peal/rotation_block.hpp>
 #include <peal/view.hpp>
@@ -174,26 +176,27 @@ struct Wants {
 inline py::object maybe(bool wanted, py::object x) { return wanted ? x : py::object(py::none()); }
 
 // What every backward returns for a batch: dq, dk, dv (new arrays; 0 tokens when not wanted)
-// and, per element, the gradients of the parameters and of the query and key positions.
+// and, per element, the gradients of the parameters and of the query and key positions
+// (per_token entries per token: 1, or one per axis of N-D points, token-major).
 template <class T>
 struct BatchGradients {
   const Wants& w;
   std::size_t np;
-  Index nq, nk;
+  Index nq, nk;  // position-gradient entries of an element: tokens × per_token
   py::array_t<T> dq, dk, dv;
   Batch<T> dqb, dkb, dvb;
   std::vector<std::vector<double>> par, tq, tk;
 
   BatchGradients(const Wants& wants, const Batch<const T>& q, const Batch<const T>& k,
-                 const Batch<const T>& v, std::size_t parameters)
-      : w(wants), np(parameters), nq(q.tokens), nk(k.tokens),
+                 const Batch<const T>& v, std::size_t parameters, Index per_token = 1)
+      : w(wants), np(parameters), nq(q.tokens * per_token), nk(k.tokens * per_token),
         dq(empty_batch<T>(q.batch, w.q ? q.tokens : 0, q.heads, q.dim)),
         dk(empty_batch<T>(q.batch, w.k ? k.tokens : 0, k.heads, k.dim)),
         dv(empty_batch<T>(q.batch, w.v ? v.tokens : 0, v.heads, v.dim)),
         dqb(batch(dq)), dkb(batch(dk)), dvb(batch(dv)),
         par(std::size_t(q.batch), std::vector<double>(parameters)),
-        tq(std::size_t(q.batch), std::vector<double>(std::size_t(q.tokens))),
-        tk(std::size_t(q.batch), std::vector<double>(std::size_t(k.tokens))) {}
+        tq(std::size_t(q.batch), std::vector<double>(std::size_t(nq))),
+        tk(std::size_t(q.batch), std::vector<double>(std::size_t(nk))) {}
 
   TensorView<T> dq_of(Index b) const { return w.q ? dqb[b] : TensorView<T>(); }
   TensorView<T> dk_of(Index b) const { return w.k ? dkb[b] : TensorView<T>(); }
@@ -202,7 +205,8 @@ struct BatchGradients {
   std::vector<double>* tq_of(Index b) { return w.tq ? &tq[std::size_t(b)] : nullptr; }
   std::vector<double>* tk_of(Index b) { return w.tk ? &tk[std::size_t(b)] : nullptr; }
 
-  // [dq, dk, dv, d_parameters [ω, a, λ, μ] summed over the batch, d_tq [B, nq], d_tk [B, nk]].
+  // [dq, dk, dv, d_parameters summed over the batch, d_tq [B, nq], d_tk [B, nk]] (for points:
+  // [B, tokens × axes], token-major).
   py::list results() const {
     py::list r;
     r.append(maybe(w.q, dq));
@@ -215,12 +219,35 @@ struct BatchGradients {
   }
 };
 
-// The encoding's parameters as the Python side gives them (float64, 1-D): ω and a (n each),
-// λ of the real blocks (m), μ of the Jordan blocks (j); the rotation pairs' layout.
+// The encoding's parameters as the Python side gives them (float64): ω and a (n each), λ of
+// the real blocks (m), μ of the Jordan blocks (j); the rotation pairs' layout. 1-D arrays for
+// 1-D positions; [D, blocks] (one row per axis, a MultiAxis) for N-D points.
 struct Blocks {
   In<double> omega, a, real, jordan;
   bool interleaved = false;
 };
+
+inline peal::Bank<peal::RotationBlock<double>> rotation_bank(const double* omega, const double* a,
+                                                              Index n, bool interleaved) {
+  std::vector<peal::RotationBlock<double>> rot;
+  for (Index i = 0; i < n; ++i) rot.emplace_back(omega[i], a[i]);
+  return peal::Bank<peal::RotationBlock<double>>(
+      rot, interleaved ? peal::Layout::Interleaved : peal::Layout::HalfSplit);
+}
+
+template <class B>
+peal::Bank<B> bank(const double* x, Index n) {
+  std::vector<B> blocks;
+  for (Index i = 0; i < n; ++i) blocks.emplace_back(x[i]);
+  return peal::Bank<B>(blocks);
+}
+
+inline void check_fit(Index n, Index m, Index j, Index head_dim) {
+  if (2 * n + m + 2 * j > head_dim)
+    fail(std::to_string(n) + " rotary pairs, " + std::to_string(m) + " real blocks and " +
+         std::to_string(j) + " Jordan blocks (" + std::to_string(2 * n + m + 2 * j) +
+         " coordinates) do not fit a head of " + std::to_string(head_dim));
+}
 
 // Each bank from its parameters, in the order of Blocks (2n + m + 2j <= head_dim); the
 // parameter gradients come back in the same order: [ω, a, λ, μ].
@@ -229,22 +256,74 @@ inline Encoding encoding(const Blocks& p, Index head_dim) {
     if (x->ndim() != 1) fail("omega, a, real and jordan must be 1-D");
   if (p.omega.shape(0) != p.a.shape(0)) fail("omega and a must have one entry per rotary pair");
   const Index n = Index(p.omega.shape(0)), m = Index(p.real.shape(0)), j = Index(p.jordan.shape(0));
-  if (2 * n + m + 2 * j > head_dim)
-    fail(std::to_string(n) + " rotary pairs, " + std::to_string(m) + " real blocks and " +
-         std::to_string(j) + " Jordan blocks (" + std::to_string(2 * n + m + 2 * j) +
-         " coordinates) do not fit a head of " + std::to_string(head_dim));
-  std::vector<peal::RotationBlock<double>> rot;
-  for (Index i = 0; i < n; ++i) rot.emplace_back(p.omega.data()[i], p.a.data()[i]);
-  std::vector<peal::RealBlock<double>> real;
-  for (Index i = 0; i < m; ++i) real.emplace_back(p.real.data()[i]);
-  std::vector<peal::JordanBlock<2, double>> jordan;
-  for (Index i = 0; i < j; ++i) jordan.emplace_back(p.jordan.data()[i]);
-  return Encoding(
-      peal::Bank<peal::RotationBlock<double>>(
-          rot, p.interleaved ? peal::Layout::Interleaved : peal::Layout::HalfSplit),
-      peal::Bank<peal::RealBlock<double>>(real), peal::Bank<peal::JordanBlock<2, double>>(jordan),
-      peal::PassThrough<double>(int(head_dim - 2 * n - m - 2 * j)));
+  check_fit(n, m, j, head_dim);
+  return Encoding(rotation_bank(p.omega.data(), p.a.data(), n, p.interleaved),
+                  bank<peal::RealBlock<double>>(p.real.data(), m),
+                  bank<peal::JordanBlock<2, double>>(p.jordan.data(), j),
+                  peal::PassThrough<double>(int(head_dim - 2 * n - m - 2 * j)));
 }
+
+// Over N-D points p ∈ ℝᴰ: A(p) = Π_a A_a(p_a) with axis a's blocks from row a of each
+// parameter (peal::MultiAxis, include/peal/multi_axis.hpp: RoPE-Mixed when a pair has
+// frequencies on several axes, axial or M-RoPE-like when each pair has one). No Jordan bank:
+// polynomial factors at points are refused by peal's N-D kernels (include/peal/scores_nd.hpp).
+using PointAxis = peal::BlockDiagonal<peal::Bank<peal::RotationBlock<double>>,
+                                      peal::Bank<peal::RealBlock<double>>, peal::PassThrough<double>>;
+using PointEncoding = peal::MultiAxis<PointAxis>;
+
+// The MultiAxis of rows [D, blocks]; the parameter gradients come back axis by axis, each
+// [ω, a, λ] (include/peal/parameters.hpp: "axis[a].").
+inline PointEncoding point_encoding(const Blocks& p, Index head_dim) {
+  for (const In<double>* x : {&p.omega, &p.a, &p.real})
+    if (x->ndim() != 2) fail("over N-D points, omega, a and real must be [axes, blocks]");
+  if (p.jordan.size() != 0)
+    fail("Jordan blocks need 1-D positions: their polynomial factors at N-D points lose "
+         "precision (peal's N-D kernels refuse them)");
+  const Index D = Index(p.omega.shape(0)), n = Index(p.omega.shape(1)), m = Index(p.real.shape(1));
+  if (p.a.shape(0) != D || p.a.shape(1) != n || p.real.shape(0) != D)
+    fail("omega, a and real must have one row per axis, and omega and a one entry per pair");
+  check_fit(n, m, 0, head_dim);
+  std::vector<PointAxis> axes;
+  for (Index x = 0; x < D; ++x)
+    axes.emplace_back(rotation_bank(p.omega.data() + x * n, p.a.data() + x * n, n, p.interleaved),
+                      bank<peal::RealBlock<double>>(p.real.data() + x * m, m),
+                      peal::PassThrough<double>(int(head_dim - 2 * n - m)));
+  return PointEncoding(std::move(axes));  // checks 1 <= D <= 16
+}
+
+// 1-D positions [batch, tokens] (Line) or N-D points [batch, tokens, axes] (Points): the
+// encoding of each, its positions per batch element, and how many position-gradient entries
+// a token has (1, or one per axis, token-major as peal's N-D backwards give them).
+struct Line {
+  using Enc = Encoding;
+  static Enc encoding(const Blocks& b, Index dim) { return peal_torch::encoding(b, dim); }
+  static BatchPositions positions(const In<double>& t, const char* name, Index b, Index tokens) {
+    return peal_torch::positions(t, name, b, tokens);
+  }
+  static Index per_token(const Enc&) { return 1; }
+};
+
+struct BatchPoints {
+  const double* data;
+  Index batch, tokens;
+  int axes;
+  peal::PositionsND operator[](Index b) const {
+    return peal::PositionsND(data + b * tokens * axes, tokens, axes);
+  }
+};
+
+struct Points {
+  using Enc = PointEncoding;
+  static Enc encoding(const Blocks& b, Index dim) { return point_encoding(b, dim); }
+  static BatchPoints positions(const In<double>& t, const char* name, Index b, Index tokens) {
+    if (t.ndim() != 3 || t.shape(0) != b || t.shape(1) != tokens || t.shape(2) < 1 ||
+        t.shape(2) > peal::max_position_axes)
+      fail(std::string(name) + " must be [" + std::to_string(b) + ", " + std::to_string(tokens) +
+           ", axes] with 1 <= axes <= " + std::to_string(peal::max_position_axes));
+    return {t.data(), b, tokens, int(t.shape(2))};
+  }
+  static Index per_token(const Enc& e) { return Index(e.axes()); }
+};
 
 struct Options {
   bool causal = false;
@@ -286,7 +365,11 @@ struct LinearOptions {
   }
 };
 
-// The float64 kernels' bindings (python/src/float64.cpp; module.cpp binds the float32 ones).
+// The float64 kernels' bindings (python/src/float64.cpp; module.cpp binds the float32 ones),
+// and those of the kernels over N-D points (python/src/points.cpp: float32,
+// python/src/points_float64.cpp: float64).
 void bind_float64(py::module_& m);
+void bind_points(py::module_& m);
+void bind_points_float64(py::module_& m);
 
 }  // namespace peal_torch
