@@ -14,6 +14,10 @@
 //       median time, useful FLOPs = 4 n^2 d H (non-causal) or half of it (causal), for every
 //       contender alike (noncausal_GFLOPS too: read vs_noncausal).
 //   threads/<enc>/<n>              peal::attention with threads = 2 against threads = 1.
+//   backward/rope[_causal]/<n>/<H> attention_backward against its forward, the unfused
+//       pipeline, the five GEMMs and two threads (below); backward_threads/...: two threads
+//       against one alone, back to back (the other contenders' n x n buffers evict the caches
+//       between the runs of backward/, which lowers its threads2 ratio).
 //   decode/<mode>/<threads>        one query, 32 query heads over 8 KV heads (GQA), a
 //       cache of 32768 keys: raw keys at positions 0..nk-1 rebased inside (raw) or keys
 //       stored as G(s) k (encoded, AttentionOptions::keys_encoded); query at t = nk.
@@ -154,7 +158,8 @@ void BM_prefill(benchmark::State& state, const E& enc, bool causal) {
 // (threads2). All float, one thread but threads2; H = 4 heads or one (state.range(1)).
 // vs_x = x's time / the backward's. GFLOPS counts the five n² d
 // products (half of them causal; the unfused pipeline and the GEMMs compute all of them).
-void BM_backward(benchmark::State& state, bool causal) {
+// threads_only: the one- and two-thread backward alone (backward_threads/).
+void BM_backward(benchmark::State& state, bool causal, bool threads_only = false) {
   const Index n = state.range(0), H = state.range(1), d = kDim;
   PrefillData& D = prefill_data(n);
   const auto enc = rope_preset();
@@ -231,13 +236,13 @@ void BM_backward(benchmark::State& state, bool causal) {
                                TensorView<float>(dk.data(), n, H, d), {&gp});
   };
   const double flops = 10.0 * double(n) * double(n) * double(d) * double(H) * (causal ? 0.5 : 1.0);
-  paired_run(state,
-             {{"", 1, backward},
-              {"threads2", 2, backward_with(2)},
-              {"forward", 1, forward},
-              {"unfused", 1, unfused},
-              {"gemms", 1, [&] { gemms(false); }}},
-             flops * 1e-9, "GFLOPS");
+  std::vector<Contender> cs = {{"", 1, backward}, {"threads2", 2, backward_with(2)}};
+  if (!threads_only) {
+    cs.push_back({"forward", 1, forward});
+    cs.push_back({"unfused", 1, unfused});
+    cs.push_back({"gemms", 1, [&] { gemms(false); }});
+  }
+  paired_run(state, cs, flops * 1e-9, "GFLOPS");
 }
 
 void BM_prefill_threads(benchmark::State& state, bool causal) {
@@ -614,6 +619,12 @@ void BM_fma_peak(benchmark::State& state) {
         ->Args({2048, 4})
         ->Args({512, 1})
         ->Args({2048, 1});
+  for (bool causal : {false, true})
+    paired(std::string("backward_threads/") + (causal ? "rope_causal" : "rope"),
+           [causal](benchmark::State& s) { BM_backward(s, causal, true); })
+        ->Args({512, 4})
+        ->Args({2048, 4})
+        ->Args({512, 1});
   // decode/<mode>: f32 cache; decode/f16_<mode>, decode/bf16_<mode>: half-precision caches.
   auto decode = [&](const std::string& type, auto tag) {
     using T = decltype(tag);

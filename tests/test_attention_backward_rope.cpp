@@ -85,3 +85,20 @@ TEST_CASE("attention backward: a causal staircase over shards dealt back and for
   const Shape sh{520, 40, 1, 1, 4, 0, 1040, true, kNone, 0, false, false, false, true};
   check_attention_backward<RopePartial, float>(sh, Regime::Random, 0, 43);
 }
+
+TEST_CASE("attention backward: the passes around the shards on the threads",
+          "[attention_backward]") {
+  // The row-independent passes before and after the shards (d_out and v converted, D_i, dV
+  // written) take the threads from 2^18 entries, and the key tiles (k̂, and the keys' encode
+  // backward with its parameter gradient, summed per tile and added in tile order) always
+  // (detail/tiled/backward_run.hpp): 2050 queries before 2 keys (d_out: 2050 x 128 entries;
+  // float) and 2 queries before 2050 keys (five key tiles; v: 2050 x 128; double, whose bound
+  // on the parameter gradient, a sum over every pair, is tight enough to see one key tile's
+  // share missing). The check's 1 and 3 threads give the bits of OpenMP's maximum, every
+  // gradient its reference's (one head, few pairs: the long double reference's cost is per
+  // pair).
+  const Shape many_queries{2050, 2, 1, 1, 128, 0, 64, false, kNone, 0, true, true, false};
+  check_attention_backward<RopePartial, float>(many_queries, Regime::Random, 0, 44);
+  const Shape many_keys{2, 2050, 1, 1, 128, 0, 64, false, kNone, 0, true, true, false};
+  check_attention_backward<RopePartial>(many_keys, Regime::Random, 0, 45);
+}

@@ -113,20 +113,24 @@ class Epilogue {
     br::at_least(w_.dvacc, nk_ * Hk_ * dv_);
     std::fill(w_.dvacc.begin(), w_.dvacc.begin() + nk_ * Hk_ * dv_, 0.0);
     br::at_least(w_.D, nq_ * Hq_);
-    for (Index i = 0; i < nq_; ++i)
-      for (Index h = 0; h < Hq_; ++h) {
-        double dsum = 0;
-        for (Index e = 0; e < dv_; ++e) {
-          const double a = detail::to_arith<double>(dout(i, h, e));
-          w_.dout[std::size_t((i * Hq_ + h) * dv_ + e)] = C(a);
-          dsum += a * detail::to_arith<double>(out(i, h, e));
+    br::row_chunks(nq_, Hq_ * dv_, opt.threads, [&](Index i0, Index i1) {
+      for (Index i = i0; i < i1; ++i)
+        for (Index h = 0; h < Hq_; ++h) {
+          double dsum = 0;
+          for (Index e = 0; e < dv_; ++e) {
+            const double a = detail::to_arith<double>(dout(i, h, e));
+            w_.dout[std::size_t((i * Hq_ + h) * dv_ + e)] = C(a);
+            dsum += a * detail::to_arith<double>(out(i, h, e));
+          }
+          w_.D[std::size_t(i * Hq_ + h)] = dsum;
         }
-        w_.D[std::size_t(i * Hq_ + h)] = dsum;
-      }
-    for (Index j = 0; j < nk_; ++j)
-      for (Index h = 0; h < Hk_; ++h)
-        for (Index e = 0; e < dv_; ++e)
-          w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = detail::to_arith<C>(v(j, h, e));
+    });
+    br::row_chunks(nk_, Hk_ * dv_, opt.threads, [&](Index j0, Index j1) {
+      for (Index j = j0; j < j1; ++j)
+        for (Index h = 0; h < Hk_; ++h)
+          for (Index e = 0; e < dv_; ++e)
+            w_.vd[std::size_t((j * Hk_ + h) * dv_ + e)] = detail::to_arith<C>(v(j, h, e));
+    });
     // Positions, and lse and D head-major, as contiguous arrays for the tile operations.
     br::at_least(w_.tcol, nq_), br::at_least(w_.srow, nk_);
     for (Index i = 0; i < nq_; ++i) w_.tcol[std::size_t(i)] = tq[i];
@@ -279,11 +283,13 @@ class Epilogue {
         (*g_.sinks)[std::size_t(h)] += ds;
       }
     if (!dv.empty())
-      for (Index j = 0; j < nk_; ++j)
-        for (Index h = 0; h < Hk_; ++h)
-          for (Index e = 0; e < dv_; ++e)
-            dv(j, h, e) = from_arith<std::remove_cv_t<Tdv>>(
-                double(w_.dvacc[std::size_t((j * Hk_ + h) * dv_ + e)]));
+      br::row_chunks(nk_, Hk_ * dv_, opt_.threads, [&](Index j0, Index j1) {
+        for (Index j = j0; j < j1; ++j)
+          for (Index h = 0; h < Hk_; ++h)
+            for (Index e = 0; e < dv_; ++e)
+              dv(j, h, e) = from_arith<std::remove_cv_t<Tdv>>(
+                  double(w_.dvacc[std::size_t((j * Hk_ + h) * dv_ + e)]));
+      });
   }
 
  private:

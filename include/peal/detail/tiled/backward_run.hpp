@@ -223,6 +223,18 @@ inline int shard_threads(int threads, Index shards) {
   return int(std::max<Index>(1, std::min<Index>(nt, shards)));
 }
 
+// fn(begin, end) over [0, n) rows of `width` entries each, in chunks of 64 rows on up to
+// `threads` threads (0: OpenMP's maximum) once there are 2^18 entries: the row-independent
+// passes around the shards (conversions, row sums), which each row writes alone, so any thread
+// count gives the same bits. Below that a pass takes less than waking a team costs.
+template <class Fn>
+void row_chunks(Index n, Index width, int threads, Fn&& fn) {
+  constexpr Index kRows = 64, kMinEntries = Index(1) << 18;
+  const Index chunks = (n + kRows - 1) / kRows;
+  parallel_each(chunks, n * width >= kMinEntries ? shard_threads(threads, chunks) : 1,
+                [&](Index c) { fn(c * kRows, std::min(n, (c + 1) * kRows)); });
+}
+
 // total[x] += Σ_{s=1..S−1} shard(s)[x] (shard 0's sums are the total already), each entry
 // summed in shard order: threads over the entries give the bits of one thread.
 template <class C, class Shard>
@@ -267,7 +279,11 @@ class Run {
     at_least(ws_.khat, nk_ * Hk_ * d_);  // every row written by encode_tile
     at_least(ws_.dkhat, nk_ * Hk_ * d_);
     std::fill(ws_.dkhat.begin(), ws_.dkhat.begin() + nk_ * Hk_ * d_, 0.0);
-    for (Index J = 0; J < kp_.size(); ++J) encode_tile(/*query=*/false, J, ws_.khat);
+    // The key tiles before and after the shards, on the threads too (each tile its own rows):
+    // on one thread they were ~4 % of the backward (n = 2048, 4 heads, d = 128), which capped
+    // two threads near 1.9x.
+    const int kt = shard_threads(threads_, kp_.size());
+    parallel_each(kp_.size(), kt, [&](Index J) { encode_tile(/*query=*/false, J, ws_.khat); });
     const double bytes = double(nk_ * Hk_ * d_) * sizeof(C) + epi_.part_bytes() +
                          double(g_.parameters ? g_.parameters->size() : 0) * sizeof(R);
     const Index S = shard_count(qp_.size(), bytes, trim_causal_);
@@ -277,8 +293,7 @@ class Run {
     // A failure (an allocation) is rethrown after every shard ran.
     parallel_each(S, nt, [&](Index s) { run_shard(s, S, shards[std::size_t(s)]); });
     join(shards, S, nt);
-    for (Index J = 0; J < kp_.size(); ++J)
-      backward_tile(ws_, /*query=*/false, J, ws_.dkhat, g_.parameters);
+    keys_backward(kt);
   }
 
  private:
@@ -311,6 +326,20 @@ class Run {
     at_least(w.u, kp_.max_rows, d_);
     for (Index I = s; I < qp_.size(); ++I)
       if (shard_of(I, S) == s) query_tile(w, sh, I);
+  }
+
+  // dk through each key tile's encode backward (rows of its own), the tiles' parameter
+  // gradients each summed apart and added in tile order: the bits of one thread.
+  void keys_backward(int threads) {
+    const std::size_t np = g_.parameters ? g_.parameters->size() : 0;
+    std::vector<std::vector<R>> part(g_.parameters ? std::size_t(kp_.size()) : 0,
+                                     std::vector<R>(np, R(0)));
+    parallel_each(kp_.size(), threads, [&](Index J) {
+      backward_tile(Workspace<C>::local(), /*query=*/false, J, ws_.dkhat,
+                    g_.parameters ? &part[std::size_t(J)] : nullptr);
+    });
+    for (const std::vector<R>& p : part)
+      for (std::size_t x = 0; x < np; ++x) (*g_.parameters)[x] += p[x];
   }
 
   // The shards' sums into the totals, each entry summed in shard order (shard 0's are the
