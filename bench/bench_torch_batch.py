@@ -62,6 +62,20 @@ def step(fn, args):
     return time.perf_counter() - t0
 
 
+def timed_rounds(contenders, rounds):
+    """Step times of each (fn, args) contender: one warm-up each, then `rounds` rounds running
+    every contender once, in an order rotated per round."""
+    for fn, a in contenders:
+        step(fn, a)
+    times = [[] for _ in contenders]
+    for r in range(rounds):
+        order = list(range(len(contenders)))
+        order = order[r % len(order):] + order[:r % len(order)]
+        for i in order:
+            times[i].append(step(*contenders[i]))
+    return times
+
+
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     print(f"torch {torch.__version__}, torch threads {torch.get_num_threads()}, rounds {rounds}, "
@@ -75,14 +89,7 @@ def main():
         f32, bf16, f16 = inputs(n), inputs(n, torch.bfloat16), inputs(n, torch.float16)
         fns = [(batched(2), f32), (per_element, f32), (batched(1), f32), (plain_batched, f32),
                (batched(2), bf16), (batched(2), f16)]
-        for fn, a in fns:  # warm up
-            step(fn, a)
-        times = [[] for _ in fns]
-        for r in range(rounds):
-            order = list(range(len(fns)))
-            order = order[r % len(order):] + order[:r % len(order)]
-            for i in order:
-                times[i].append(step(*fns[i]))
+        times = timed_rounds(fns, rounds)
         m = statistics.median
         ratio = lambda i, j: m([a / b for a, b in zip(times[i], times[j])])  # noqa: E731
         print(f"| {n} | " + " | ".join(f"{1e3 * m(x):.1f}" for x in times) +

@@ -17,13 +17,14 @@ import math
 import os
 import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python", "tests"))
+sys.path.insert(0, os.path.dirname(__file__))
 import peal_torch  # noqa: E402
 import reference  # noqa: E402
+from bench_torch_batch import timed_rounds  # noqa: E402
 
 B, H, D = 8, 6, 64
 
@@ -63,16 +64,6 @@ def plain(q, k, v, p, om):
     return torch.matmul(torch.softmax(s, -1), v).transpose(1, 2)
 
 
-def step(fn, args):
-    q, k, v, p, om = args
-    for x in (q, k, v, om):
-        x.grad = None
-    t0 = time.perf_counter()
-    out = fn(q, k, v, p, om)
-    out.backward(torch.ones_like(out))
-    return time.perf_counter() - t0
-
-
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     print(f"torch {torch.__version__}, rounds {rounds}, batch {B}, {H} heads, d = {D}, float32")
@@ -84,15 +75,8 @@ def main():
         for threads in (1, 2):
             torch.set_num_threads(threads)
             a = inputs(side)
-            fns = [peal_points(threads), peal_line(threads), plain]
-            for fn in fns:  # warm up
-                step(fn, a)
-            times = [[] for _ in fns]
-            for r in range(rounds):
-                order = list(range(len(fns)))
-                order = order[r % len(order):] + order[:r % len(order)]
-                for i in order:
-                    times[i].append(step(fns[i], a))
+            times = timed_rounds([(fn, a) for fn in (peal_points(threads), peal_line(threads), plain)],
+                                 rounds)
             m = statistics.median
             ratio = lambda i, j: m([x / y for x, y in zip(times[i], times[j])])  # noqa: E731
             print(f"| {side * side} | {threads} | " + " | ".join(f"{1e3 * m(x):.1f}" for x in times) +
