@@ -76,11 +76,12 @@ def _np(x, dtype):
 
 
 def _axes(axes):
-    """axes as an int >= 1 (N-D points), or None (1-D positions)."""
+    """axes as an int in [1, peal::max_position_axes] (N-D points), or None (1-D positions)."""
     if axes is None:
         return None
-    if isinstance(axes, bool) or not isinstance(axes, int) or not 1 <= axes <= 16:
-        raise ValueError(f"peal_torch: axes must be an int in [1, 16] or None, got {axes!r}")
+    top = _ext.max_position_axes
+    if isinstance(axes, bool) or not isinstance(axes, int) or not 1 <= axes <= top:
+        raise ValueError(f"peal_torch: axes must be an int in [1, {top}] or None, got {axes!r}")
     return axes
 
 
@@ -102,16 +103,14 @@ def _parameters(inv_freq, damping, real_lambda, jordan_lambda, axes=None):
             raise ValueError("peal_torch: a damping needs inv_freq (one per rotary pair)")
         inv_freq = torch.zeros((0,) if axes is None else (axes, 0), dtype=torch.float64)
     heads, r = set(), _rank(axes)
+    wanted = ("1-D (one entry per block) or 2-D (one row per query head)" if axes is None else
+              f"[{axes}, blocks] (one row per axis) or [heads, {axes}, blocks] over {axes}-D points")
     for x, name in ((inv_freq, "inv_freq"), (damping, "damping"), (real_lambda, "real_lambda"),
                     (jordan_lambda, "jordan_lambda")):
         if x is None:
             continue
-        if axes is None and x.dim() not in (1, 2):
-            raise ValueError(f"peal_torch: {name} must be 1-D (one entry per block) or 2-D "
-                             "(one row per query head)")
-        if axes is not None and (x.dim() not in (2, 3) or x.shape[-2] != axes):
-            raise ValueError(f"peal_torch: over {axes}-D points, {name} must be [{axes}, blocks] "
-                             f"(one row per axis) or [heads, {axes}, blocks], got {list(x.shape)}")
+        if x.dim() not in (r, r + 1) or (axes is not None and x.shape[-2] != axes):
+            raise ValueError(f"peal_torch: {name} must be {wanted}, got {list(x.shape)}")
         if x.dim() == r + 1:
             heads.add(x.shape[0])
     if damping is not None and damping.shape[-1] != inv_freq.shape[-1]:

@@ -43,6 +43,7 @@ PYBIND11_MODULE(_peal_torch, m) {
       .def_readwrite("chunk", &LinearOptions::chunk)
       .def_readwrite("threads", &LinearOptions::threads)
       .def_readwrite("normalization", &LinearOptions::normalization);
+  m.attr("max_position_axes") = peal::max_position_axes;  // axes= of N-D points: 1 to this
   bind_storage<float>(m, "float32");
   bind_float64(m);
   bind_points(m);
