@@ -624,7 +624,8 @@ void BM_fma_peak(benchmark::State& state) {
            [causal](benchmark::State& s) { BM_backward(s, causal, true); })
         ->Args({512, 4})
         ->Args({2048, 4})
-        ->Args({512, 1});
+        ->Args({512, 1})
+        ->Args({2048, 1});
   // decode/<mode>: f32 cache; decode/f16_<mode>, decode/bf16_<mode>: half-precision caches.
   auto decode = [&](const std::string& type, auto tag) {
     using T = decltype(tag);
